@@ -1,0 +1,1 @@
+"""Benchmark scripts; each is run alone (`python -m benchmarks.<name>`) and writes its section of BENCHMARKS.md."""

@@ -1,0 +1,1 @@
+"""Command-line entry points, run as `python -m pipelines.<name>`; the only place CLIs live."""

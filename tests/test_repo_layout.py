@@ -1,0 +1,105 @@
+"""The monorepo's rules: lockstep versions, import directions, CLIs only in pipelines/."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = {"kg_data": "kg_data", "tinykg_kernels": "tinykg_kernels", "tinykg_train": "tinykg_train"}
+# Modules allowed to be run as `python -m ...` although they are not in pipelines/.
+CLI_ALLOWLIST = {"tinykg_kernels/bench.py"}  # the kernels install alone, so their bench ships with them
+
+
+def _modules(package: str) -> list[Path]:
+    return sorted((ROOT / "packages" / package / "src" / package).rglob("*.py"))
+
+
+def _imported_roots(path: Path) -> set[str]:
+    roots: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            roots.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+def test_versions_move_in_lockstep():
+    versions = {}
+    for package in PACKAGES:
+        meta = tomllib.loads((ROOT / "packages" / package / "pyproject.toml").read_text())
+        versions[package] = meta["project"]["version"]
+        init = (ROOT / "packages" / package / "src" / package / "__init__.py").read_text()
+        assert f'__version__ = "{versions[package]}"' in init, f"{package}: __version__ differs from pyproject"
+    assert len(set(versions.values())) == 1, f"package versions differ: {versions}"
+
+
+@pytest.mark.parametrize(
+    ("package", "forbidden"),
+    [
+        ("tinykg_kernels", {"kg_data", "tinykg_train", "pipelines", "polars", "mlflow", "ray"}),
+        ("kg_data", {"tinykg_kernels", "tinykg_train", "pipelines", "mlflow", "ray"}),
+        ("tinykg_train", {"pipelines"}),
+    ],
+)
+def test_imports_point_down(package: str, forbidden: set[str]):
+    offenders = {
+        str(p.relative_to(ROOT)): sorted(_imported_roots(p) & forbidden)
+        for p in _modules(package)
+        if _imported_roots(p) & forbidden
+    }
+    assert not offenders, f"{package} imports what it must not: {offenders}"
+
+
+def test_kg_data_imports_no_torch_at_import_time():
+    modules = [
+        ".".join(p.relative_to(ROOT / "packages" / "kg_data" / "src").with_suffix("").parts)
+        for p in _modules("kg_data")
+    ]
+    modules = [m.removesuffix(".__init__") for m in modules]
+    code = (
+        "import importlib, sys\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in {'torch', 'triton'})\n"
+        "assert not bad, bad[:5]\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_clis_live_only_in_pipelines():
+    offenders = []
+    for package in PACKAGES:
+        base = ROOT / "packages" / package / "src"
+        meta = tomllib.loads((ROOT / "packages" / package / "pyproject.toml").read_text())
+        assert "scripts" not in meta["project"], f"{package} declares console scripts; CLIs live in pipelines/"
+        for path in _modules(package):
+            rel = str(path.relative_to(base))
+            text = path.read_text()
+            if rel in CLI_ALLOWLIST:
+                continue
+            if path.name == "__main__.py" or "__main__" in text or "argparse" in _imported_roots(path):
+                offenders.append(rel)
+    assert not offenders, f"CLI code outside pipelines/: {offenders}"
+
+
+def test_every_pipeline_has_help():
+    names = sorted(p.stem for p in (ROOT / "pipelines").glob("*.py") if not p.stem.startswith("_"))
+    for name in names:
+        result = subprocess.run(
+            [sys.executable, "-m", f"pipelines.{name}", "--help"], cwd=ROOT, capture_output=True, text=True
+        )
+        assert result.returncode == 0, f"pipelines.{name} --help failed: {result.stderr[-1000:]}"
+        assert "usage:" in result.stdout, f"pipelines.{name} --help printed no usage"
+
+
+def test_generated_outputs_are_ignored():
+    ignored = (ROOT / ".gitignore").read_text().split()
+    for entry in ["mlruns/", "mlflow.db", "data/", "runs/", "ray_results/"]:
+        assert entry in ignored, f".gitignore lacks {entry}"
