@@ -11,11 +11,14 @@ from typing import Any
 
 __version__ = "0.1.0"
 
+# Imported eagerly (not through the lazy table): `kg_data.ingest` is also the name of the submodule, and
+# importing that submodule would otherwise replace the function with the module on this package.
+# Polars and pyarrow only: this keeps `import kg_data` free of torch.
+from kg_data.ingest import DatasetInfo, ingest  # noqa: E402
+
 _EXPORTS = {
     "KGDataError": "kg_data.errors",
     "IngestError": "kg_data.errors",
-    "ingest": "kg_data.ingest",
-    "DatasetInfo": "kg_data.ingest",
     "KGDataset": "kg_data.dataset",
     "CKG": "kg_data.graph",
     "kg_neighbor_table": "kg_data.graph",
@@ -30,7 +33,7 @@ _EXPORTS = {
     "PartitionPlan": "kg_data.partition",
 }
 
-__all__ = ["__version__", *_EXPORTS]
+__all__ = ["__version__", "DatasetInfo", "ingest", *_EXPORTS]
 
 
 def __getattr__(name: str) -> Any:
