@@ -39,3 +39,30 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real data not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def tiny_raw_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small synthetic raw KGAT dir (200 users, 300 items, 600 extra entities, 6 relations, seed 0).
+
+    Shared by the whole session: treat it as read-only.
+    """
+    from kg_data.synthetic import write_synthetic_kgat
+
+    return write_synthetic_kgat(
+        tmp_path_factory.mktemp("tiny_raw"),
+        n_users=200,
+        n_items=300,
+        n_extra_entities=600,
+        n_relations=6,
+        mean_user_degree=15,
+        seed=0,
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_dataset_dir(tiny_raw_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`tiny_raw_dir` ingested into a dataset dir (open it with `kg_data.KGDataset.open`). Read-only."""
+    from kg_data import ingest
+
+    return ingest(tiny_raw_dir, tmp_path_factory.mktemp("tiny_dataset") / "tiny", progress=False).path
