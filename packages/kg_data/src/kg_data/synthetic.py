@@ -94,10 +94,17 @@ def _zipf_weights(n: int, exponent: float, rng: np.random.Generator) -> np.ndarr
 
 
 def _user_degrees(rng: np.random.Generator, n_users: int, mean: float, cap: int) -> np.ndarray:
-    """Pareto-tailed degrees (shape 1.6: heavy tail, finite mean) rescaled to the wanted mean, >= 1."""
-    raw = rng.pareto(1.6, n_users) + 1.0
-    degrees = np.maximum(1, np.rint(raw * (mean / raw.mean()))).astype(np.int64)
-    return np.minimum(degrees, cap)
+    """1 + scaled Lomax(shape 1.6) degrees: most users have a few items, a heavy tail has many
+    (shape < 2: infinite variance, finite mean, like real activity logs). The scale is tuned on the
+    drawn sample so that the mean after flooring and capping is the one asked for."""
+    lomax = rng.pareto(1.6, n_users)
+    scale = (mean - 1) / max(lomax.mean(), 1e-12)
+    for _ in range(20):
+        degrees = np.minimum(1 + np.floor(lomax * scale).astype(np.int64), cap)
+        if abs(degrees.mean() - mean) < 0.01 or degrees.mean() <= 1:
+            break
+        scale *= (mean - 1) / max(degrees.mean() - 1, 1e-12)
+    return degrees
 
 
 def _sample_from_segments(
@@ -119,24 +126,57 @@ def _interactions(
     item_weight: np.ndarray,
     mean_degree: float,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Deduplicated (user, item) pairs: mostly popular items of the user's taste, some global picks."""
-    user_taste = rng.integers(0, n_tastes, n_users)
-    degrees = _user_degrees(rng, n_users, mean_degree, cap=max(1, n_items // 2))
-    users = np.repeat(np.arange(n_users, dtype=np.int64), degrees)
+    """Distinct (user, item) pairs, sorted: mostly popular items of the user's taste, some global picks.
 
+    Popular items are drawn again and again, so each round oversamples, drops repeats and keeps up
+    to the degree each user still lacks; a few rounds reach the drawn degrees (the mean asked for).
+    """
+    user_taste = rng.integers(0, n_tastes, n_users)
+    missing = _user_degrees(rng, n_users, mean_degree, cap=max(1, n_items // 2))
     order = np.argsort(item_taste, kind="stable")  # items grouped by taste
     cumulative = np.cumsum(item_weight[order])
     bounds = np.searchsorted(item_taste[order], np.arange(n_tastes + 1))
-    taste = user_taste[users]
-    start, stop = bounds[taste], bounds[taste + 1]
-    empty = start == stop  # a taste no item drew: fall back to the global distribution
-    own = (rng.random(len(users)) < TASTE_AFFINITY) & ~empty
-    start = np.where(own, start, 0)
-    stop = np.where(own, stop, n_items)
-    items = order[_sample_from_segments(rng, cumulative, start, stop)]
 
-    pair = np.unique(users * n_items + items)
-    return pair // n_items, pair % n_items
+    keys = np.empty(0, dtype=np.int64)  # user * n_items + item
+    for _ in range(8):
+        short = np.flatnonzero(missing)
+        if len(short) == 0:
+            break
+        users = np.repeat(short, 2 * missing[short])
+        taste = user_taste[users]
+        start, stop = bounds[taste], bounds[taste + 1]
+        own = (rng.random(len(users)) < TASTE_AFFINITY) & (start < stop)
+        picked = _sample_from_segments(rng, cumulative, np.where(own, start, 0), np.where(own, stop, n_items))
+        drawn = users * n_items + order[picked]
+        fresh = drawn[_first_occurrences(drawn)]
+        fresh = fresh[~_sorted_contains(keys, fresh)]
+        owner = fresh // n_items
+        by_owner = np.argsort(owner, kind="stable")
+        starts = np.searchsorted(owner[by_owner], owner[by_owner])
+        rank = np.empty(len(fresh), dtype=np.int64)
+        rank[by_owner] = np.arange(len(fresh)) - starts
+        kept = fresh[rank < missing[owner]]
+        keys = np.sort(np.concatenate([keys, kept]))
+        missing -= np.bincount(kept // n_items, minlength=n_users)
+    return keys // n_items, keys % n_items
+
+
+def _first_occurrences(values: np.ndarray) -> np.ndarray:
+    """Indices of the first occurrence of each distinct value, in their original order (sort based:
+    numpy's hash-based unique is far slower on millions of int64 keys)."""
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    first = np.ones(len(values), dtype=bool)
+    first[1:] = ordered[1:] != ordered[:-1]
+    return np.sort(order[first])
+
+
+def _sorted_contains(sorted_keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """`values` found in the sorted array `sorted_keys`."""
+    if len(sorted_keys) == 0:
+        return np.zeros(len(values), dtype=bool)
+    position = np.minimum(np.searchsorted(sorted_keys, values), len(sorted_keys) - 1)
+    return sorted_keys[position] == values
 
 
 def _split_per_user(rng: np.random.Generator, users: np.ndarray) -> np.ndarray:
@@ -187,7 +227,9 @@ def _knowledge_graph(
         tails = rng.choice(extra_ids, size=n_extra, replace=True)
         keep = heads != tails
         parts.append(np.stack([heads[keep], np.full(keep.sum(), hop_relation), tails[keep]], axis=1))
-    triples = np.unique(np.concatenate(parts).astype(np.int64), axis=0)
+    triples = np.concatenate(parts).astype(np.int64)
+    packed = (triples[:, 0] * n_relations + triples[:, 1]) * (n_items + n_extra) + triples[:, 2]
+    triples = triples[_first_occurrences(packed)]
     return triples[rng.permutation(len(triples))]
 
 
