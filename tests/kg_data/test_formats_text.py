@@ -105,7 +105,6 @@ def test_read_user_lines_explodes_lines_and_counts_lone_users(tmp_path: Path) ->
     path = write(tmp_path / "train.txt", "0 5 6 \r\n1\r\n\r\n2\t7  8\r\n3\r\n")
     pairs, users, alone = read_user_lines(path, what="interactions")
     assert pairs.select("user", "item").rows() == [(0, 5), (0, 6), (2, 7), (2, 8)]
-    assert pairs["line"].to_list() == [1, 1, 4, 4]
     assert users.to_list() == [0, 1, 2, 3]
     assert alone == 2
 

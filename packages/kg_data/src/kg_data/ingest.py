@@ -8,6 +8,7 @@ hash the source files, and write everything at once (`kg_data.writer`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,9 +56,15 @@ def ingest(
         raise IngestError(raw, None, "directory holds no files; give the folder that holds the raw files")
     check_destination(out, overwrite=overwrite)
 
-    with FileProgress(raw, enabled=progress) as bar:
-        data = read_raw(raw, format, bar)
-        tables, metadata = assemble(data, ratios, seed)
-    metadata["sources"] = {path.name: file_digest(path) for path in data.sources}
+    # Source files are hashed on a side thread while Polars parses (hashlib releases the GIL).
+    hasher = ThreadPoolExecutor(max_workers=1)
+    try:
+        digests = {path: hasher.submit(file_digest, path) for path in sorted(p for p in raw.iterdir() if p.is_file())}
+        with FileProgress(raw, enabled=progress) as bar:
+            data = read_raw(raw, format, bar)
+            tables, metadata = assemble(data, ratios, seed)
+        metadata["sources"] = {path.name: digests[path].result() for path in data.sources}
+    finally:
+        hasher.shutdown(cancel_futures=True)
     write_dataset(out, tables, metadata, overwrite=overwrite)
     return DatasetInfo(path=out, metadata=metadata)

@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import polars as pl
@@ -43,8 +44,11 @@ def write_dataset(out: Path, tables: dict[str, pl.DataFrame], metadata: dict, *,
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
     tmp.mkdir()
     try:
-        for name, frame in tables.items():
-            frame.write_parquet(tmp / name, compression="zstd", statistics=True)
+        # Polars releases the GIL while it encodes: the tables are written side by side.
+        with ThreadPoolExecutor(max_workers=len(tables)) as pool:
+            written = [pool.submit(frame.write_parquet, tmp / name, compression="zstd", statistics=True) for name, frame in tables.items()]
+            for future in written:
+                future.result()
         (tmp / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
         _move_into_place(tmp, out)
     except BaseException:

@@ -182,8 +182,8 @@ def _describe_fields(text: str, names: Sequence[str], ints: Sequence[str]) -> st
 
 
 def read_user_lines(path: Path, *, what: str, hint: str = "") -> tuple[pl.DataFrame, pl.Series, int]:
-    """KGAT-style lines `user item item ...` -> ((user, item, line) rows, each line's user, lines with
-    a user alone).
+    """KGAT-style lines `user item item ...` -> ((user, item) rows, each line's user, lines with a
+    user alone).
 
     Each line is split into tokens and exploded in Polars; the first token of a line is its user. A
     line may hold one token only (a user with no items in this file): counted, not an error. Spaces
@@ -196,29 +196,40 @@ def read_user_lines(path: Path, *, what: str, hint: str = "") -> tuple[pl.DataFr
         .select("line", token=pl.col("text").str.replace_all("\t", " ", literal=True).str.split(" "))
         .explode("token")
         .filter(pl.col("token") != "")  # runs of blanks, trailing spaces, blank lines
-        .select(
-            "line",
-            pl.col("token").cast(pl.Int64, strict=False).alias("id"),
-            (pl.col("line") != pl.col("line").shift(1)).fill_null(True).alias("first"),
-            (pl.col("line") != pl.col("line").shift(-1)).fill_null(True).alias("last"),
+        .with_columns(
+            id=pl.col("token").cast(pl.Int64, strict=False),
+            first=(pl.col("line") != pl.col("line").shift(1)).fill_null(True),
+            last=(pl.col("line") != pl.col("line").shift(-1)).fill_null(True),
         )
-        .with_columns(_ok=valid_id(pl.col("id")))
+        .select(
+            "first",
+            "id",
+            user=pl.when("first").then("id").forward_fill(),
+            alone=pl.col("first") & pl.col("last"),
+            ok=valid_id(pl.col("id")),
+        )
         .collect(engine="streaming")
     )
     if tokens.height == 0:
         raise IngestError(path, None, f"file holds no data rows; expected {what}")
-    line = _first_line(tokens, "_ok")
-    if line is not None:
+    if not tokens["ok"].all():
+        line = _first_bad_token_line(path)
         raise IngestError(path, line, _describe_tokens(read_line(path, line)) + hint)
-    alone = int((tokens["first"] & tokens["last"]).sum())
-    pairs = (
-        tokens.lazy()
-        .with_columns(user=pl.when("first").then("id").forward_fill())
-        .filter(~pl.col("first"))
-        .select("user", item="id", line="line")
+    pairs = tokens.filter(~tokens["first"]).select("user", item="id")
+    return pairs, tokens.filter(tokens["first"])["id"].alias("user"), int(tokens["alone"].sum())
+
+
+def _first_bad_token_line(path: Path) -> int:
+    """The line of the first token that is not a valid id (second pass, on the error path only)."""
+    bad = (
+        scan_lines(path)
+        .select("line", token=pl.col("text").str.replace_all("\t", " ", literal=True).str.split(" "))
+        .explode("token")
+        .filter((pl.col("token") != "") & ~valid_id(pl.col("token").cast(pl.Int64, strict=False)))
+        .select(pl.col("line").min())
         .collect()
     )
-    return pairs, tokens.filter("first")["id"].alias("user"), alone
+    return int(bad.item())
 
 
 def _describe_tokens(text: str) -> str:
