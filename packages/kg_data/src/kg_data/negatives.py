@@ -1,0 +1,150 @@
+"""Negative sampling that never returns a positive: BPR items and corrupted KG tails.
+
+Both are uniform draws from a candidate range minus a per-group excluded set (a user's training
+items; the true tails of a (head, relation)). Instead of drawing and rejecting, `ExcludingSampler`
+draws a rank `r` among the allowed values and finds the `r`-th allowed value with one binary search
+over the sorted excluded values, so every draw succeeds at once, the cost does not grow with how
+dense a user is, and no retry loop is needed. It fails (with a clear error) only when nothing is left.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import numpy as np
+
+from kg_data.errors import KGDataError
+
+_MAX_KEY = np.iinfo(np.int64).max
+
+
+class ExcludingSampler:
+    """Uniform draws from `{0, ..., universe - 1}` minus the values excluded for the draw's group.
+
+    Built from `(group, value)` pairs (duplicates allowed); groups and values are non-negative ints,
+    values below `width`. Each excluded value `x_j` (sorted, the `j`-th of its group) is stored as
+    `group * width + (x_j - j)`: `x_j - j` counts the allowed values below `x_j`, so the allowed value
+    of rank `r` is `r` plus the number of stored keys of its group at most `group * width + r`.
+    """
+
+    def __init__(self, groups: np.ndarray, values: np.ndarray, width: int) -> None:
+        groups = np.asarray(groups, np.int64)
+        values = np.asarray(values, np.int64)
+        if groups.size and int(groups.max()) > (_MAX_KEY - width) // max(width, 1):
+            raise KGDataError(f"too many groups ({int(groups.max()) + 1}) for values below {width}: keys would overflow int64")
+        keys = np.unique(groups * width + values)
+        self.width = width
+        self._groups = keys // width
+        ranks = np.arange(len(keys), dtype=np.int64) - np.searchsorted(self._groups, self._groups, side="left")
+        self._keys = keys - ranks
+
+    def excluded_count(self, groups: np.ndarray) -> np.ndarray:
+        """How many values each group excludes."""
+        return np.searchsorted(self._groups, groups, side="right") - np.searchsorted(self._groups, groups, side="left")
+
+    def draw(
+        self, groups: np.ndarray, universe: np.ndarray | int, rng: np.random.Generator, describe: Callable[[int], str] = "group {}".format
+    ) -> np.ndarray:
+        """One allowed value per entry of `groups`, uniform over its allowed set.
+
+        Raises `KGDataError` naming the first group (through `describe`) whose allowed set is empty.
+        """
+        groups = np.asarray(groups, np.int64)
+        first = np.searchsorted(self._groups, groups, side="left")
+        allowed = universe - (np.searchsorted(self._groups, groups, side="right") - first)
+        if np.any(allowed <= 0):
+            bad = groups[np.flatnonzero(allowed <= 0)[0]]
+            raise KGDataError(f"{describe(int(bad))}: no negative exists for it; drop it from the data")
+        ranks = np.minimum((rng.random(len(groups)) * allowed).astype(np.int64), allowed - 1)
+        below = np.searchsorted(self._keys, groups * self.width + ranks, side="right") - first
+        return ranks + below
+
+
+class BPRNegativeSampler:
+    """For each user, an item drawn uniformly from the items that are not one of its training positives."""
+
+    def __init__(self, train_pairs: np.ndarray, n_items: int, seed: int = 0) -> None:
+        pairs = _as_pairs(train_pairs, "train_pairs")
+        if pairs.size and (pairs.min() < 0 or pairs[:, 1].max() >= n_items):
+            raise KGDataError(f"'train_pairs' holds ids outside users >= 0 and items 0..{n_items - 1}")
+        self.n_items = int(n_items)
+        self.rng = np.random.default_rng(seed)
+        self._excluding = ExcludingSampler(pairs[:, 0], pairs[:, 1], max(self.n_items, 1))
+
+    @classmethod
+    def from_dataset(cls, dataset: str | os.PathLike, seed: int = 0) -> BPRNegativeSampler:
+        from kg_data.graph import open_dataset
+
+        ds = open_dataset(dataset)
+        return cls(ds.pairs("train"), ds.n_items, seed)
+
+    def sample(self, users: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
+        """One negative item per entry of `users` (int64); `rng` overrides the sampler's own generator."""
+        users = np.asarray(users, np.int64)
+        rng = self.rng if rng is None else rng
+        return self._excluding.draw(users, self.n_items, rng, "user {} has every item as a training positive".format)
+
+
+class KGNegativeSampler:
+    """Corrupted tails: for (h, r), a tail t' with (h, r, t') not in the KG, drawn from r's observed tails.
+
+    Constraint-based: the candidates are the tails relation `r` has anywhere in the KG (its range), so a
+    negative is type-plausible. Where (h, r) already links to every tail of that range, or `r` has
+    none, the tail is drawn from all entities instead (still never a true triple).
+    """
+
+    def __init__(self, triples: np.ndarray, n_entities: int, seed: int = 0) -> None:
+        triples = np.asarray(triples, np.int64)
+        if triples.ndim != 2 or triples.shape[1] != 3:
+            raise KGDataError(f"'triples' needs shape (n, 3) of (head, relation, tail) (got {triples.shape})")
+        heads, relations, tails = triples.T
+        self.n_entities = int(n_entities)
+        self.n_relations = int(relations.max()) + 1 if len(relations) else 0
+        self.rng = np.random.default_rng(seed)
+        width = max(self.n_entities, 1)
+        range_keys = np.unique(relations * width + tails)  # sorted (relation, tail) pairs: each relation's range
+        self._range_tails = range_keys % width
+        self._range_ptr = np.searchsorted(range_keys // width, np.arange(self.n_relations + 1))
+        rank_in_range = np.searchsorted(range_keys, relations * width + tails) - self._range_ptr[relations]
+        pair = heads * max(self.n_relations, 1) + relations
+        self._in_range = ExcludingSampler(pair, rank_in_range, width)
+        self._anywhere = ExcludingSampler(pair, tails, width)
+
+    @classmethod
+    def from_dataset(cls, dataset: str | os.PathLike, seed: int = 0) -> KGNegativeSampler:
+        from kg_data.graph import open_dataset
+
+        ds = open_dataset(dataset)
+        return cls(ds.triples_array(), ds.n_entities, seed)
+
+    def sample(self, heads: np.ndarray, relations: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
+        """One negative tail per (head, relation) (KG relation ids), as int64 entity ids."""
+        heads = np.asarray(heads, np.int64)
+        relations = np.asarray(relations, np.int64)
+        if relations.size and (relations.min() < 0 or relations.max() >= self.n_relations):
+            raise KGDataError(f"'relations' holds ids outside the KG's 0..{self.n_relations - 1}")
+        rng = self.rng if rng is None else rng
+        pair = heads * max(self.n_relations, 1) + relations
+        range_start = self._range_ptr[relations]
+        range_size = self._range_ptr[relations + 1] - range_start
+        tails = np.empty(len(heads), dtype=np.int64)
+        in_range = self._in_range.excluded_count(pair) < range_size
+        ranks = self._in_range.draw(pair[in_range], range_size[in_range], rng)
+        tails[in_range] = self._range_tails[range_start[in_range] + ranks]
+        outside = ~in_range
+        if outside.any():
+            tails[outside] = self._anywhere.draw(pair[outside], self.n_entities, rng, self._describe_pair)
+        return tails
+
+
+    def _describe_pair(self, pair: int) -> str:
+        head, relation = divmod(pair, max(self.n_relations, 1))
+        return f"head {head} links through relation {relation} to every entity"
+
+
+def _as_pairs(pairs: np.ndarray, name: str) -> np.ndarray:
+    pairs = np.asarray(pairs, np.int64)
+    if pairs.ndim != 2 or pairs.shape[1] != 2:
+        raise KGDataError(f"'{name}' needs shape (n, 2) of (user, item) (got {pairs.shape})")
+    return pairs
