@@ -27,7 +27,8 @@ def build_csr(src: np.ndarray, dst: np.ndarray, rel: np.ndarray, num_rows: int) 
     rows = edges["src"].to_numpy()
     indptr = np.zeros(num_rows + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows, minlength=num_rows), out=indptr[1:])
-    return indptr, edges["dst"].to_numpy().astype(np.int64, copy=False), edges["rel"].to_numpy().astype(np.int64, copy=False)
+    # np.array copies: Polars hands out read-only views, and torch.from_numpy wants writable arrays.
+    return indptr, np.array(edges["dst"].to_numpy(), dtype=np.int64), np.array(edges["rel"].to_numpy(), dtype=np.int64)
 
 
 def segment_ids(lengths: np.ndarray) -> np.ndarray:

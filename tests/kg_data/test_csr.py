@@ -1,0 +1,127 @@
+"""CSR construction and the per-row samplers, against plain-Python references and chi-square tests."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+
+from kg_data.csr import TAKE_ALL, build_csr, sample_rows, segment_ids, segment_offsets
+
+
+def chi_square_critical(dof: int, p_value: float = 1e-4) -> float:
+    """Upper critical value of chi-square with `dof` degrees of freedom: P(X > value) = p_value.
+
+    Bisection on the survival function, the regularized upper incomplete gamma Q(dof/2, x/2). At
+    p = 1e-4 a correct sampler fails one run in 10,000 (and the seeds are fixed, so never flaky).
+    """
+    half_dof = torch.tensor(dof / 2, dtype=torch.float64)
+    low, high = 0.0, 10.0 * dof + 100.0
+    for _ in range(80):
+        mid = (low + high) / 2
+        survival = torch.special.gammaincc(half_dof, torch.tensor(mid / 2, dtype=torch.float64)).item()
+        low, high = (mid, high) if survival > p_value else (low, mid)
+    return low
+
+
+def chi_square(counts: np.ndarray) -> float:
+    """Pearson's statistic of `counts` against equal expected counts."""
+    expected = counts.sum() / len(counts)
+    return float(((counts - expected) ** 2 / expected).sum())
+
+
+def test_chi_square_critical_matches_tables():
+    # Published quantiles: 0.999 of dof 19 -> 43.82; 0.9999 of dof 9 -> 33.72.
+    assert chi_square_critical(19, 1e-3) == pytest.approx(43.82, abs=0.01)
+    assert chi_square_critical(9) == pytest.approx(33.72, abs=0.01)
+
+
+def test_build_csr_matches_python_reference_and_drops_duplicates():
+    rng = np.random.default_rng(0)
+    src, dst, rel = rng.integers(0, 30, 400), rng.integers(0, 30, 400), rng.integers(0, 4, 400)
+    indptr, indices, relation = build_csr(src, dst, rel, 32)
+    reference: dict[int, set[tuple[int, int]]] = {}
+    for s, d, r in zip(src.tolist(), dst.tolist(), rel.tolist(), strict=True):
+        reference.setdefault(s, set()).add((r, d))
+    assert len(indptr) == 33 and indptr[-1] == len(indices)
+    for row in range(32):
+        got = list(zip(relation[indptr[row] : indptr[row + 1]].tolist(), indices[indptr[row] : indptr[row + 1]].tolist(), strict=True))
+        assert got == sorted(reference.get(row, set())), row
+    assert indices.dtype == np.int64 and relation.dtype == np.int64
+
+
+def test_segment_helpers():
+    lengths = np.array([2, 0, 3])
+    assert segment_ids(lengths).tolist() == [0, 0, 2, 2, 2]
+    assert segment_offsets(lengths).tolist() == [0, 1, 0, 1, 2]
+
+
+def test_sample_rows_without_replacement_takes_distinct_positions_within_each_row():
+    degrees = np.array([0, 3, 5, 12, 40, 7])
+    starts = np.cumsum(degrees) - degrees + 100
+    which, positions = sample_rows(starts, degrees, 5, np.random.default_rng(1), replace=False)
+    assert np.all(np.diff(which) >= 0)
+    for row, degree in enumerate(degrees):
+        mine = positions[which == row]
+        assert len(mine) == min(degree, 5)
+        assert len(set(mine.tolist())) == len(mine)
+        assert np.all((mine >= starts[row]) & (mine < starts[row] + degree))
+
+
+def test_sample_rows_with_replacement_and_take_all():
+    degrees = np.array([0, 3, 9])
+    starts = np.array([0, 0, 3])
+    which, positions = sample_rows(starts, degrees, 6, np.random.default_rng(2), replace=True)
+    assert np.bincount(which, minlength=3).tolist() == [0, 6, 6]
+    assert np.all((positions >= starts[which]) & (positions < starts[which] + degrees[which]))
+    for replace in (False, True):
+        which, positions = sample_rows(starts, degrees, TAKE_ALL, np.random.default_rng(2), replace=replace)
+        assert positions.tolist() == list(range(12))
+
+
+def test_sample_rows_per_row_k():
+    degrees = np.array([10, 10, 10])
+    which, _ = sample_rows(np.array([0, 10, 20]), degrees, np.array([1, 4, 0]), np.random.default_rng(3), replace=False)
+    assert np.bincount(which, minlength=3).tolist() == [1, 4, 0]
+
+
+def subset_counts(draw, rows: int, degree: int, k: int) -> np.ndarray:
+    """How often each k-subset of range(degree) came out, over `rows` identical rows."""
+    which, positions = draw(rows, degree, k)
+    subsets = np.sort(positions.reshape(rows, k), axis=1)
+    index = {combo: i for i, combo in enumerate(itertools.combinations(range(degree), k))}
+    counts = Counter(index[tuple(s)] for s in subsets.tolist())
+    return np.array([counts.get(i, 0) for i in range(len(index))])
+
+
+def floyd_draw(rows: int, degree: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    degrees = np.full(rows, degree)
+    return sample_rows(np.zeros(rows, np.int64), degrees, k, np.random.default_rng(4), replace=False)
+
+
+def sliding_window_draw(rows: int, degree: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """A plausible but wrong sampler: k consecutive positions from a random start (uniform marginals only)."""
+    start = np.random.default_rng(4).integers(0, degree, rows)
+    positions = (start[:, None] + np.arange(k)) % degree
+    return np.repeat(np.arange(rows), k), positions.ravel()
+
+
+def test_every_subset_is_equally_likely_chi_square():
+    counts = subset_counts(floyd_draw, 20_000, 6, 3)
+    assert counts.min() > 0
+    assert chi_square(counts) < chi_square_critical(len(counts) - 1)
+
+
+def test_subset_chi_square_catches_a_biased_sampler():
+    counts = subset_counts(sliding_window_draw, 20_000, 6, 3)
+    assert chi_square(counts) > chi_square_critical(len(counts) - 1)
+
+
+def test_with_replacement_draws_are_uniform_chi_square():
+    which, positions = sample_rows(np.zeros(5000, np.int64), np.full(5000, 10), 4, np.random.default_rng(5), replace=True)
+    counts = np.bincount(positions, minlength=10)
+    assert chi_square(counts) < chi_square_critical(9)
