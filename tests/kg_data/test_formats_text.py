@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -139,3 +140,18 @@ def test_read_delimited_strips_fields_and_nulls_empty_ones(tmp_path: Path) -> No
 def test_describe_id(token: str, problem: str | None) -> None:
     described = describe_id(token, "item")
     assert described is None if problem is None else problem in described
+
+
+def test_large_file_parses_like_python_across_streaming_chunks(tmp_path: Path) -> None:
+    """Many lines, so the streaming engine works in several morsels: `first`/`shift` must still hold."""
+    rng = np.random.default_rng(0)
+    lines = []
+    for user in range(40_000):
+        items = rng.integers(0, 5000, rng.integers(0, 12))
+        lines.append(" ".join(map(str, [user, *items])) + (" " if user % 7 == 0 else ""))
+    path = write(tmp_path / "train.txt", "\r\n".join(lines) + "\r\n")
+    pairs, users, alone = read_user_lines(path, what="interactions")
+    expected = [(int(t[0]), int(i)) for t in (line.split() for line in lines) for i in t[1:]]
+    assert pairs.rows() == expected
+    assert users.to_list() == list(range(40_000))
+    assert alone == sum(1 for line in lines if len(line.split()) == 1)

@@ -38,6 +38,10 @@ def assemble(data: RawData, ratios: tuple[float, float, float], seed: int) -> tu
     heads, tails = triples["head"].to_numpy(), triples["tail"].to_numpy()
     n_entities = max(data.n_entities, n_items, int(max(heads.max(), tails.max())) + 1)
     n_relations = max(data.n_relations, int(triples["relation"].max()) + 1)
+    _check_dense(data, "users", n_users, data.n_users, interactions["user"])
+    _check_dense(data, "items", n_items, data.n_items, interactions["item"])
+    _check_dense(data, "entities", n_entities, max(data.n_entities, n_items), pl.concat([triples["head"], triples["tail"]]))
+    _check_dense(data, "relations", n_relations, data.n_relations, triples["relation"])
 
     # Degrees by bincount: exact, and much faster than hashing for dense int ids.
     in_kg = (np.bincount(heads, minlength=n_entities) + np.bincount(tails, minlength=n_entities)) > 0
@@ -104,6 +108,26 @@ def _deduplicated_and_split(
     split, how = split_per_user(distinct.select("user", "item", "timestamp"), ratios, seed)
     ordered = split.with_columns(_rank=pl.col("split").replace_strict(_SPLIT_RANK, return_dtype=pl.Int8)).sort("_rank", "user", "item")
     return ordered.select("user", "item", "split"), how
+
+
+#: An id space may be this much larger than the ids that occur before it counts as sparse.
+SPARSE_FACTOR = 10
+SPARSE_MIN_SIZE = 1_000_000
+
+
+def _check_dense(data: RawData, kind: str, size: int, declared: int, ids: pl.Series) -> None:
+    """Refuse sparse integer ids: every id 0..size-1 gets a row in the id tables and the graphs, so
+    ids like 2,000,000,000 for a few thousand things would blow memory up instead of failing. A size
+    that side files declare (list files, links) is taken as it is."""
+    if size <= max(declared, SPARSE_MIN_SIZE):
+        return
+    distinct = ids.n_unique()
+    if size > SPARSE_FACTOR * distinct:
+        raise KGDataError(
+            f"{kind} ids reach {size - 1:,} but only {distinct:,} distinct ones occur in "
+            f"{', '.join(p.name for p in data.sources)}; {data.source_format} files need dense remapped ids "
+            "(the plain-table format remaps sparse ids or string tokens for you)"
+        )
 
 
 def _distinct_triples(triples: pl.DataFrame) -> pl.DataFrame:
