@@ -51,14 +51,18 @@ class ExcludingSampler:
         Raises `KGDataError` naming the first group (through `describe`) whose allowed set is empty.
         """
         groups = np.asarray(groups, np.int64)
-        first = np.searchsorted(self._groups, groups, side="left")
-        allowed = universe - (np.searchsorted(self._groups, groups, side="right") - first)
+        allowed = universe - self.excluded_count(groups)
         if np.any(allowed <= 0):
             bad = groups[np.flatnonzero(allowed <= 0)[0]]
             raise KGDataError(f"{describe(int(bad))}: no negative exists for it; drop it from the data")
         ranks = np.minimum((rng.random(len(groups)) * allowed).astype(np.int64), allowed - 1)
-        below = np.searchsorted(self._keys, groups * self.width + ranks, side="right") - first
-        return ranks + below
+        return self.value_at_rank(groups, ranks)
+
+    def value_at_rank(self, groups: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+        """The allowed value of rank `ranks[i]` (0-based, in increasing order) of group `groups[i]`."""
+        groups = np.asarray(groups, np.int64)
+        first = np.searchsorted(self._groups, groups, side="left")
+        return ranks + np.searchsorted(self._keys, groups * self.width + ranks, side="right") - first
 
 
 class BPRNegativeSampler:
