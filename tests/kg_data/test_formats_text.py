@@ -121,13 +121,13 @@ def test_read_user_lines_names_the_bad_token(tmp_path: Path) -> None:
 def test_read_delimited_checks_field_counts_per_line(tmp_path: Path) -> None:
     path = write(tmp_path / "x.tsv", "a\tb\n1\t2\n\n3\t4\t5\n")
     with pytest.raises(IngestError) as err:
-        read_delimited(path, "\t", what="a table", header=True)
+        read_delimited(path, "\t", what="a table")
     assert err.value.line == 4
     assert "expected 2 tab-separated fields, found 3" in err.value.reason
 
 
 def test_read_delimited_strips_fields_and_nulls_empty_ones(tmp_path: Path) -> None:
-    names, frame = read_delimited(write(tmp_path / "x.csv", "a,b\n x ,\ny,z\n"), ",", what="t", header=True)
+    names, frame = read_delimited(write(tmp_path / "x.csv", "a,b\n x ,\ny,z\n"), ",", what="t")
     assert names == ["a", "b"]
     assert frame.select("a", "b").rows() == [("x", None), ("y", "z")]
     assert frame["line"].to_list() == [2, 3]

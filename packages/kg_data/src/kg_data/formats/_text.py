@@ -144,6 +144,7 @@ def _strict_int_table(path: Path, names: Sequence[str], skip_lines: int) -> pl.D
 def _careful_fields(
     path: Path, names: Sequence[str], ints: Sequence[str], skip_lines: int, what: str, hint: str
 ) -> pl.DataFrame:
+    """The line-by-line path: whitespace runs normalized, each line split into its fields, checked."""
     n = len(names)
     fields = normalized_text().str.splitn(" ", n + 1).struct.rename_fields([*names, "_extra"])
     columns = [
@@ -240,20 +241,20 @@ def _describe_tokens(text: str) -> str:
     return f"unreadable line {text[:60]!r}"
 
 
-def read_delimited(path: Path, separator: str, *, what: str, header: bool) -> tuple[list[str], pl.DataFrame]:
+def read_delimited(path: Path, separator: str, *, what: str) -> tuple[list[str], pl.DataFrame]:
     """A table of string fields split on `separator` -> (column names, frame of them + `line`).
 
-    With `header`, the first non-blank line names the columns; fields are stripped, empty ones are
-    null. Every non-blank row must have as many fields as the header (or the first row). No quoting:
-    RecBole files are plain tab-separated text, and so are the plain tables this accepts.
+    The first non-blank line names the columns; fields are stripped, empty ones are null. Every
+    non-blank row must have as many fields as the header. No quoting: RecBole files are plain
+    tab-separated text, and so are the plain tables this accepts.
     """
     check_text_file(path, what)
     first = scan_lines(path).filter(pl.col("text").str.strip_chars() != "").head(1).collect()
     if first.height == 0:
         raise IngestError(path, None, f"file holds no data rows; expected {what}")
     first_text = first["text"][0]
-    names = [f.strip() for f in first_text.split(separator)] if header else [f"column_{i}" for i in range(first_text.count(separator) + 1)]
-    skip = int(first["line"][0]) if header else 0
+    names = [f.strip() for f in first_text.split(separator)]
+    skip = int(first["line"][0])
     n = len(names)
     fields = pl.col("text").str.splitn(separator, n + 1).struct.rename_fields([*[f"_{i}" for i in range(n)], "_extra"])
     frame = (

@@ -47,7 +47,7 @@ def find_atomic_files(raw_dir: Path) -> dict[str, Path]:
 def read_atomic(path: Path, suffix: str) -> pl.DataFrame:
     """One atomic file -> its columns (named without the `:type`) as strings, plus `line`."""
     what = f"a RecBole {suffix} file with a typed header like {chr(9).join(REQUIRED_COLUMNS[suffix])!r}"
-    names, frame = read_delimited(path, "\t", what=what, header=True)
+    names, frame = read_delimited(path, "\t", what=what)
     untyped = [n for n in names if not _TYPED_FIELD.fullmatch(n)]
     if untyped:
         raise IngestError(path, 1, f"no RecBole typed header: column {untyped[0][:40]!r} lacks a ':token'/':float' type; line 1 must read like {chr(9).join(REQUIRED_COLUMNS[suffix])!r}")

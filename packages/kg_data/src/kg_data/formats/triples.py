@@ -43,7 +43,7 @@ def read_table(path: Path, stem: str) -> pl.DataFrame:
         frame, where = _read_parquet(path), "row"
     else:
         what = f"a table with header {','.join(required)}"
-        _, frame = read_delimited(path, "," if path.suffix == ".csv" else "\t", what=what, header=True)
+        _, frame = read_delimited(path, "," if path.suffix == ".csv" else "\t", what=what)
         where = "line"
     missing = [c for c in required if c not in frame.columns]
     if missing:
