@@ -43,6 +43,12 @@ class Part:
     def num_nodes(self) -> int:
         return len(self.entities) + len(self.users)
 
+    def __repr__(self) -> str:
+        return (
+            f"Part({self.index}, users={len(self.users)}, entities={len(self.entities)}, "
+            f"interactions={len(self.pairs)}, triples={len(self.triples)})"
+        )
+
 
 @dataclass(frozen=True, eq=False)
 class PartitionPlan:
@@ -64,6 +70,12 @@ class PartitionPlan:
         """Largest part's interaction count over the mean (1.0 = perfectly balanced)."""
         sizes = np.array([len(part.pairs) for part in self.parts])
         return float(sizes.max() / sizes.mean())
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionPlan(parts={len(self.parts)}, hops={self.hops}, method={self.method!r}, "
+            f"replication_factor={self.replication_factor:.3f}, edge_balance={self.edge_balance:.3f})"
+        )
 
 
 def partition_edges(
@@ -118,11 +130,11 @@ def kg_neighborhood(ckg: CKG, entities: np.ndarray, hops: int) -> np.ndarray:
 
 
 def _blocks(pairs: np.ndarray, order: np.ndarray, n_users: int, num_parts: int) -> np.ndarray:
-    """Part of every user: `order` cut where its cumulative edge count crosses multiples of total/P."""
-    degree = np.bincount(pairs[:, 0], minlength=n_users)
-    before = np.cumsum(degree[order]) - degree[order]
+    """Part of every user: `order` cut into P runs of equal edge count (a user goes where its middle edge falls)."""
+    degree = np.bincount(pairs[:, 0], minlength=n_users)[order]
+    middle = np.cumsum(degree) - degree / 2
     assign = np.full(n_users, -1, dtype=np.int64)
-    assign[order] = np.minimum(before * num_parts // len(pairs), num_parts - 1)
+    assign[order] = np.minimum((middle * num_parts / len(pairs)).astype(np.int64), num_parts - 1)
     return assign
 
 
