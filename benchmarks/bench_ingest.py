@@ -126,6 +126,7 @@ def plot(rows: list[tuple[str, dict]], path: Path) -> None:
         ax.annotate(name, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax.axhline(GOAL_MB_S, color="grey", linestyle="--", linewidth=1, label=f"goal {GOAL_MB_S:g} MB/s")
     ax.set_xscale("log")
+    ax.set_ylim(bottom=0)
     ax.set_xlabel("raw text (MB)")
     ax.set_ylabel("ingest throughput, warm (MB/s)")
     ax.set_title("kg_data.ingest on 2 CPU cores")
