@@ -47,7 +47,7 @@ def sample_rows(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Draw up to `k` positions uniformly from each segment `[starts[i], starts[i] + degrees[i])`.
 
-    Returns `(which, positions)` sorted by `which`, the index `i` of each drawn position's segment.
+    Returns `(which, positions)` grouped by `which`, the index `i` of each drawn position's segment.
     Without replacement a segment of degree <= k gives all its positions and a longer one a uniform
     k-subset (Floyd's algorithm, run for all segments at once); with replacement a non-empty segment
     gives k independent uniform draws. `k = TAKE_ALL` takes every position once in both modes.
@@ -56,37 +56,42 @@ def sample_rows(
     degrees = np.asarray(degrees, np.int64)
     k = np.broadcast_to(np.asarray(k, np.int64), degrees.shape)
     take_all = (k == TAKE_ALL) if replace else (degrees <= k)
-    all_which = np.flatnonzero(take_all)
-    all_lengths = degrees[all_which]
-    which_all = np.repeat(all_which, all_lengths)
-    offsets_all = segment_offsets(all_lengths)
+    counts = np.where(take_all, degrees, np.where(degrees > 0, k, 0))
+    first = np.cumsum(counts) - counts  # where each segment's draws go in the output
+    positions = np.empty(int(counts.sum()), dtype=np.int64)
+
+    every = np.flatnonzero(take_all)
+    which, within = segment_ids(degrees[every]), segment_offsets(degrees[every])
+    which = every[which]
+    positions[first[which] + within] = starts[which] + within
 
     rest = np.flatnonzero(~take_all & (degrees > 0))
     if replace:
-        which_rest = np.repeat(rest, k[rest])
-        offsets_rest = (rng.random(len(which_rest)) * degrees[which_rest]).astype(np.int64)
+        which, within = segment_ids(k[rest]), segment_offsets(k[rest])
+        which = rest[which]
+        offsets = (rng.random(len(which)) * degrees[which]).astype(np.int64)
     else:
-        which_rest, offsets_rest = _floyd(degrees[rest], k[rest], rng)
-        which_rest = rest[which_rest]
-    which = np.concatenate([which_all, which_rest])
-    positions = starts[which] + np.concatenate([offsets_all, offsets_rest])
-    order = np.argsort(which, kind="stable")
-    return which[order], positions[order]
+        which, within, offsets = _floyd(degrees[rest], k[rest], rng)
+        which = rest[which]
+    positions[first[which] + within] = starts[which] + offsets
+    return segment_ids(counts), positions
 
 
-def _floyd(degrees: np.ndarray, k: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def _floyd(degrees: np.ndarray, k: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Uniform k-subsets of range(degree) for many segments (all with degree > k), vectorized.
 
     Floyd's algorithm: for j = d-k .. d-1 draw t in [0, j]; keep t unless already chosen, then keep j.
-    Each step is one vectorized pass over the segments that still need a draw.
+    Each step is one vectorized pass over the segments that still need a draw. Returns
+    (segment, draw number, offset in the segment) of every draw.
     """
     n, width = len(degrees), int(k.max(initial=0))
     chosen = np.full((n, width), -1, dtype=np.int64)
+    same_k = n == 0 or int(k.min()) == width
     for step in range(width):
-        active = np.flatnonzero(k > step)
-        j = degrees[active] - k[active] + step
-        t = (rng.random(len(active)) * (j + 1)).astype(np.int64)
-        seen = (chosen[active, :step] == t[:, None]).any(axis=1)
-        chosen[active, step] = np.where(seen, j, t)
-    mask = chosen >= 0
-    return np.nonzero(mask)[0].astype(np.int64), chosen[mask]
+        rows = slice(None) if same_k else np.flatnonzero(k > step)
+        j = degrees[rows] - k[rows] + step
+        t = (rng.random(len(j)) * (j + 1)).astype(np.int64)
+        seen = (chosen[rows, :step] == t[:, None]).any(axis=1)
+        chosen[rows, step] = np.where(seen, j, t)
+    segment, draw = np.nonzero(chosen >= 0)
+    return segment, draw, chosen[segment, draw]
