@@ -28,18 +28,20 @@ def test_package_attribute_is_the_function_even_after_importing_the_module(tmp_p
     assert isinstance(info, DatasetInfo) and info.path == tmp_path / "out"
 
 
-def test_dataset_dir_follows_the_contract(tiny_dataset_dir: Path, tiny_raw_dir: Path) -> None:
-    names = sorted(p.name for p in tiny_dataset_dir.iterdir())
+def test_dataset_dir_follows_the_contract(tmp_path: Path, tiny_raw_dir: Path) -> None:
+    # Exactly what ingest writes (other parts may add caches to a dataset dir later, so use a fresh one).
+    fresh = ingest(tiny_raw_dir, tmp_path / "fresh", progress=False).path
+    names = sorted(p.name for p in fresh.iterdir())
     assert names == sorted(
         ["interactions.parquet", "triples.parquet", "users.parquet", "items.parquet", "entities.parquet", "relations.parquet", "metadata.json"]
     )
-    schema = {name: dict(zip(s.names, map(str, s.types), strict=True)) for name, s in ((n, pq.read_schema(tiny_dataset_dir / n)) for n in names if n.endswith(".parquet"))}
+    schema = {name: dict(zip(s.names, map(str, s.types), strict=True)) for name, s in ((n, pq.read_schema(fresh / n)) for n in names if n.endswith(".parquet"))}
     assert schema["interactions.parquet"] == {"user": "int32", "item": "int32", "split": "large_string"}
     assert schema["triples.parquet"] == {"head": "int32", "relation": "int32", "tail": "int32"}
     for table in ("users", "items", "entities", "relations"):
         assert schema[f"{table}.parquet"] == {"id": "int32", "name": "large_string"}
 
-    meta = json.loads((tiny_dataset_dir / "metadata.json").read_text())
+    meta = json.loads((fresh / "metadata.json").read_text())
     for key in ("format_version", "source_format", "n_users", "n_items", "n_entities", "n_relations", "n_triples", "n_interactions", "dropped", "split", "sources"):
         assert key in meta
     assert meta["source_format"] == "kgat"
