@@ -4,7 +4,7 @@
 # PyG's neighbor sampler needs pyg-lib (not on PyPI) or torch-sparse, which PyPI only ships as a
 # source distribution. This script makes benchmarks/.venv-pyg (gitignored) with the project's
 # packages plus torch-scatter and torch-sparse compiled against the same torch 2.13.0 CPU build.
-# Compiling takes about 30 minutes on 2 cores; run it in the background and keep the log:
+# Compiling takes 15-30 minutes on 2 cores (13 min measured for both); run it in the background and keep the log:
 #
 #   bash benchmarks/pyg_env.sh > /tmp/pyg_env.log 2>&1 &
 #
@@ -23,7 +23,7 @@ pip=("$venv/bin/python" -m pip)
 # torch first: the extensions are built against the installed torch, without build isolation.
 "${pip[@]}" install "torch==2.13.0" "numpy==2.4.6"
 "${pip[@]}" install -e "$repo_root/packages/kg_data" "polars==2.1.0" "pyarrow==25.0.1" \
-    "torch-geometric==2.8.1" "tqdm==4.70.1" "psutil==7.2.2"
+    "torch-geometric==2.8.1" "tqdm==4.70.1" "psutil==7.2.2" "matplotlib==3.11.2"
 
 export MAX_JOBS="$jobs"
 echo "[pyg_env] building torch-scatter and torch-sparse from source (MAX_JOBS=$MAX_JOBS)"

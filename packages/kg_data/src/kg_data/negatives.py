@@ -1,10 +1,11 @@
 """Negative sampling that never returns a positive: BPR items and corrupted KG tails.
 
 Both are uniform draws from a candidate range minus a per-group excluded set (a user's training
-items; the true tails of a (head, relation)). Instead of drawing and rejecting, `ExcludingSampler`
-draws a rank `r` among the allowed values and finds the `r`-th allowed value with one binary search
-over the sorted excluded values, so every draw succeeds at once, the cost does not grow with how
-dense a user is, and no retry loop is needed. It fails (with a clear error) only when nothing is left.
+items; the true tails of a (head, relation)). `ExcludingSampler` draws once from the whole range and
+keeps the draws that are allowed (one binary search over the sorted excluded keys); the rejected
+ones get an exact second draw: a rank `r` among the allowed values, turned into the `r`-th allowed
+value with one more binary search. So there is exactly one rejection round, however dense a user
+is, and the only failure is a group with nothing allowed, reported by name.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ class ExcludingSampler:
     """Uniform draws from `{0, ..., universe - 1}` minus the values excluded for the draw's group.
 
     Built from `(group, value)` pairs (duplicates allowed); groups and values are non-negative ints,
-    values below `width`. Each excluded value `x_j` (sorted, the `j`-th of its group) is stored as
-    `group * width + (x_j - j)`: `x_j - j` counts the allowed values below `x_j`, so the allowed value
-    of rank `r` is `r` plus the number of stored keys of its group at most `group * width + r`.
+    values below `width`. Keys are `group * width + value`, sorted. For the exact draw, the `j`-th
+    excluded value `x_j` of a group is also stored as `group * width + (x_j - j)`: `x_j - j` counts
+    the allowed values below `x_j`, so the allowed value of rank `r` is `r` plus the number of
+    those keys of its group that are at most `group * width + r`.
     """
 
     def __init__(self, groups: np.ndarray, values: np.ndarray, width: int) -> None:
@@ -33,15 +35,32 @@ class ExcludingSampler:
         values = np.asarray(values, np.int64)
         if groups.size and int(groups.max()) > (_MAX_KEY - width) // max(width, 1):
             raise KGDataError(f"too many groups ({int(groups.max()) + 1}) for values below {width}: keys would overflow int64")
-        keys = np.unique(groups * width + values)
         self.width = width
-        self._groups = keys // width
-        ranks = np.arange(len(keys), dtype=np.int64) - np.searchsorted(self._groups, self._groups, side="left")
-        self._keys = keys - ranks
+        self._keys = np.unique(groups * width + values)
+        key_groups = self._keys // width
+        self._group_ids, group_start = np.unique(key_groups, return_index=True)
+        self._bounds = np.append(group_start, len(self._keys))  # group i's keys: bounds[i] .. bounds[i+1]
+        ranks = np.arange(len(self._keys), dtype=np.int64) - np.repeat(group_start, np.diff(self._bounds))
+        self._rank_keys = self._keys - ranks
+
+    def _segments(self, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(index of the group's first key, or where it would be; number of excluded values) of each group."""
+        at = np.searchsorted(self._group_ids, groups)
+        starts = self._bounds[at]
+        if not len(self._group_ids):
+            return starts, np.zeros(len(groups), np.int64)
+        last = np.minimum(at, len(self._group_ids) - 1)
+        return starts, np.where(self._group_ids[last] == groups, self._bounds[last + 1] - starts, 0)
 
     def excluded_count(self, groups: np.ndarray) -> np.ndarray:
         """How many values each group excludes."""
-        return np.searchsorted(self._groups, groups, side="right") - np.searchsorted(self._groups, groups, side="left")
+        return self._segments(np.asarray(groups, np.int64))[1]
+
+    def is_excluded(self, groups: np.ndarray, values: np.ndarray) -> np.ndarray:
+        keys = np.asarray(groups, np.int64) * self.width + np.asarray(values, np.int64)
+        if not len(self._keys):
+            return np.zeros(len(keys), dtype=bool)
+        return self._keys[np.minimum(np.searchsorted(self._keys, keys), len(self._keys) - 1)] == keys
 
     def draw(
         self, groups: np.ndarray, universe: np.ndarray | int, rng: np.random.Generator, describe: Callable[[int], str] = "group {}".format
@@ -51,18 +70,30 @@ class ExcludingSampler:
         Raises `KGDataError` naming the first group (through `describe`) whose allowed set is empty.
         """
         groups = np.asarray(groups, np.int64)
-        allowed = universe - self.excluded_count(groups)
+        universe = np.broadcast_to(np.asarray(universe, np.int64), groups.shape)
+        if np.any(universe <= 0):
+            raise KGDataError(f"{describe(int(groups[np.flatnonzero(universe <= 0)[0]]))}: no negative exists for it (no candidates)")
+        values = _uniform_below(universe, rng)
+        redo = np.flatnonzero(self.is_excluded(groups, values))  # a group with nothing allowed always lands here
+        first, excluded = self._segments(groups[redo])
+        allowed = universe[redo] - excluded
         if np.any(allowed <= 0):
-            bad = groups[np.flatnonzero(allowed <= 0)[0]]
+            bad = groups[redo][np.flatnonzero(allowed <= 0)[0]]
             raise KGDataError(f"{describe(int(bad))}: no negative exists for it; drop it from the data")
-        ranks = np.minimum((rng.random(len(groups)) * allowed).astype(np.int64), allowed - 1)
-        return self.value_at_rank(groups, ranks)
+        ranks = _uniform_below(allowed, rng)
+        values[redo] = ranks + np.searchsorted(self._rank_keys, groups[redo] * self.width + ranks, side="right") - first
+        return values
 
     def value_at_rank(self, groups: np.ndarray, ranks: np.ndarray) -> np.ndarray:
         """The allowed value of rank `ranks[i]` (0-based, in increasing order) of group `groups[i]`."""
         groups = np.asarray(groups, np.int64)
-        first = np.searchsorted(self._groups, groups, side="left")
-        return ranks + np.searchsorted(self._keys, groups * self.width + ranks, side="right") - first
+        first, _ = self._segments(groups)
+        return ranks + np.searchsorted(self._rank_keys, groups * self.width + ranks, side="right") - first
+
+
+def _uniform_below(bounds: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One uniform integer in [0, bound) per bound (all bounds >= 1)."""
+    return np.minimum((rng.random(len(bounds)) * bounds).astype(np.int64), bounds - 1)
 
 
 class BPRNegativeSampler:
