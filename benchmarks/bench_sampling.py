@@ -55,11 +55,15 @@ def pyg_available() -> str | None:
     except ImportError as exc:
         return f"torch_geometric not importable ({exc})"
     if not (pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE):
-        return "neither pyg-lib nor torch-sparse is installed (build them with benchmarks/pyg_env.sh)"
+        return (
+            "neither pyg-lib nor torch-sparse is installed (build them with benchmarks/pyg_env.sh)"
+        )
     return None
 
 
-def pyg_runs(ckg, batches: list[np.ndarray], fanouts: list[int], replace: bool) -> tuple[Callable[[], object], Callable[[], object]]:
+def pyg_runs(
+    ckg, batches: list[np.ndarray], fanouts: list[int], replace: bool
+) -> tuple[Callable[[], object], Callable[[], object]]:
     """(full NeighborLoader epoch, raw C++ sampling op only) over the same seed batches."""
     import torch
     from torch_geometric.data import Data
@@ -71,13 +75,22 @@ def pyg_runs(ckg, batches: list[np.ndarray], fanouts: list[int], replace: bool) 
     # PyG samples, for each seed, the sources of the edges pointing at it: edge t -> h.
     data = Data(edge_index=torch.from_numpy(np.stack([tails, heads])), num_nodes=ckg.num_nodes)
     order = torch.from_numpy(np.concatenate(batches))
-    loader = NeighborLoader(data, num_neighbors=fanouts, batch_size=len(batches[0]), input_nodes=order, shuffle=False, replace=replace)
+    loader = NeighborLoader(
+        data,
+        num_neighbors=fanouts,
+        batch_size=len(batches[0]),
+        input_nodes=order,
+        shuffle=False,
+        replace=replace,
+    )
     sampler = PygSampler(data, num_neighbors=fanouts, replace=replace)
     inputs = [NodeSamplerInput(input_id=None, node=torch.from_numpy(b)) for b in batches]
     return (lambda: list(loader)), (lambda: [sampler.sample_from_nodes(i) for i in inputs])
 
 
-def rejection_negatives(keys: np.ndarray, users: np.ndarray, n_items: int, rng: np.random.Generator) -> np.ndarray:
+def rejection_negatives(
+    keys: np.ndarray, users: np.ndarray, n_items: int, rng: np.random.Generator
+) -> np.ndarray:
     """Baseline: draw uniform items, look them up among the sorted positive keys, redraw the hits."""
     items = rng.integers(0, n_items, len(users))
     todo = np.arange(len(users))
@@ -89,7 +102,9 @@ def rejection_negatives(keys: np.ndarray, users: np.ndarray, n_items: int, rng: 
     return items
 
 
-def csr_numpy(src: np.ndarray, dst: np.ndarray, rel: np.ndarray, num_rows: int) -> tuple[np.ndarray, ...]:
+def csr_numpy(
+    src: np.ndarray, dst: np.ndarray, rel: np.ndarray, num_rows: int
+) -> tuple[np.ndarray, ...]:
     """The alternative CSR build: one packed int64 key, np.unique (sort + dedup), bincount."""
     n = num_rows
     r = int(rel.max()) + 1
@@ -108,14 +123,24 @@ def plot(rows: list[tuple[str, float]], path: Path) -> Path | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    short = {"kg_data NeighborSampler": "kg_data", "PyG NeighborLoader": "PyG loader", "PyG NeighborSampler.sample_from_nodes": "PyG sampler"}
+    short = {
+        "kg_data NeighborSampler": "kg_data",
+        "PyG NeighborLoader": "PyG loader",
+        "PyG NeighborSampler.sample_from_nodes": "PyG sampler",
+    }
     labels, values = [], []
     for name, value in rows:
         base, _, mode = name.partition(" (")
-        labels.append(f"{short.get(base, base)}{', replace' if mode.startswith('replace=True') else ''}")
+        labels.append(
+            f"{short.get(base, base)}{', replace' if mode.startswith('replace=True') else ''}"
+        )
         values.append(value / 1000)
     fig, ax = plt.subplots(figsize=(6.5, 0.8 + 0.4 * len(rows)), dpi=100)
-    ax.barh(labels, values, color=["#2b6cb0" if label.startswith("kg_data") else "#a0aec0" for label in labels])
+    ax.barh(
+        labels,
+        values,
+        color=["#2b6cb0" if label.startswith("kg_data") else "#a0aec0" for label in labels],
+    )
     ax.invert_yaxis()
     ax.set_xlabel("thousand seeds / s (2-hop [10, 10], batches of 1024)")
     ax.set_title("Neighbor sampling on lfm1m, higher is better")
@@ -127,12 +152,30 @@ def plot(rows: list[tuple[str, float]], path: Path) -> Path | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--raw", type=Path, default=SHARED_DATA / "lfm1m-kgat", help="raw KGAT dir to ingest (default: ../shared/data/lfm1m-kgat)")
-    parser.add_argument("--batch-size", type=int, default=1024, help="seeds per batch (default 1024)")
-    parser.add_argument("--fanouts", type=int, nargs="+", default=[10, 10], help="per-hop fanouts (default 10 10)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed epochs per measurement; the median is kept (default 3)")
-    parser.add_argument("--no-write", action="store_true", help="print the table, do not touch BENCHMARKS.md")
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--raw",
+        type=Path,
+        default=SHARED_DATA / "lfm1m-kgat",
+        help="raw KGAT dir to ingest (default: ../shared/data/lfm1m-kgat)",
+    )
+    parser.add_argument(
+        "--batch-size", type=int, default=1024, help="seeds per batch (default 1024)"
+    )
+    parser.add_argument(
+        "--fanouts", type=int, nargs="+", default=[10, 10], help="per-hop fanouts (default 10 10)"
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="timed epochs per measurement; the median is kept (default 3)",
+    )
+    parser.add_argument(
+        "--no-write", action="store_true", help="print the table, do not touch BENCHMARKS.md"
+    )
     args = parser.parse_args(argv)
 
     import torch
@@ -142,7 +185,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from kg_data.csr import build_csr
 
     if not args.raw.is_dir():
-        print(f"error: {args.raw} not found; pass --raw DIR (a KGAT dir such as lfm1m-kgat)", file=sys.stderr)
+        print(
+            f"error: {args.raw} not found; pass --raw DIR (a KGAT dir such as lfm1m-kgat)",
+            file=sys.stderr,
+        )
         return 2
     with tempfile.TemporaryDirectory() as tmp:
         ds = KGDataset.open(kg_data.ingest(args.raw, Path(tmp) / "ds", progress=False).path)
@@ -161,13 +207,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     fan = list(args.fanouts)
     results: list[tuple[str, float]] = []
     for replace in (False, True):
-        results.append((f"kg_data NeighborSampler (replace={replace})", n_seeds / timed(ours(ckg, batches, fan, replace), args.repeats)))
+        results.append(
+            (
+                f"kg_data NeighborSampler (replace={replace})",
+                n_seeds / timed(ours(ckg, batches, fan, replace), args.repeats),
+            )
+        )
     pyg_missing = pyg_available()
     if pyg_missing is None:
         for replace in (False, True):
             loader_epoch, raw_epoch = pyg_runs(ckg, batches, fan, replace)
-            results.append((f"PyG NeighborLoader (replace={replace})", n_seeds / timed(loader_epoch, args.repeats)))
-            results.append((f"PyG NeighborSampler.sample_from_nodes (replace={replace})", n_seeds / timed(raw_epoch, args.repeats)))
+            results.append(
+                (
+                    f"PyG NeighborLoader (replace={replace})",
+                    n_seeds / timed(loader_epoch, args.repeats),
+                )
+            )
+            results.append(
+                (
+                    f"PyG NeighborSampler.sample_from_nodes (replace={replace})",
+                    n_seeds / timed(raw_epoch, args.repeats),
+                )
+            )
     else:
         print(f"PyG comparison skipped: {pyg_missing}", file=sys.stderr)
     rate = dict(results)
@@ -175,8 +236,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     bpr = BPRNegativeSampler(pairs, ds.n_items, seed=0)
     kg_neg = KGNegativeSampler(triples, ds.n_entities, seed=0)
     bpr_s = timed(lambda: bpr.sample(pairs[:, 0]), args.repeats)
-    positive_keys = np.unique(pairs[:, 0] * ds.n_items + pairs[:, 1])  # built once, like our sampler's index
-    reject_s = timed(lambda: rejection_negatives(positive_keys, pairs[:, 0], ds.n_items, np.random.default_rng(0)), args.repeats)
+    positive_keys = np.unique(
+        pairs[:, 0] * ds.n_items + pairs[:, 1]
+    )  # built once, like our sampler's index
+    reject_s = timed(
+        lambda: rejection_negatives(
+            positive_keys, pairs[:, 0], ds.n_items, np.random.default_rng(0)
+        ),
+        args.repeats,
+    )
     kg_s = timed(lambda: kg_neg.sample(triples[:, 0], triples[:, 1]), args.repeats)
 
     fanout_text = ", ".join(map(str, fan))
@@ -206,11 +274,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             ["other figure", "value"],
             [
                 ["CKG build from Parquet (no cache)", f"{build_s:.3f} s"],
-                ["CKG open from cache", f"{cached_s * 1000:.1f} ms ({build_s / cached_s:.0f}x faster than building)"],
-                ["CSR sort + dedup: Polars vs numpy packed-key np.unique", f"{polars_csr_s:.3f} s vs {numpy_csr_s:.3f} s ({numpy_csr_s / polars_csr_s:.2f}x)"],
-                ["BPR negatives (one draw, exact redraw of the rejected; all train pairs)", f"{len(pairs) / bpr_s:,.0f} pairs/s"],
-                ["BPR negatives, redraw-until-accepted baseline", f"{len(pairs) / reject_s:,.0f} pairs/s (ours {reject_s / bpr_s:.2f}x)"],
-                ["KG corrupted-tail negatives (all triples)", f"{len(triples) / kg_s:,.0f} triples/s"],
+                [
+                    "CKG open from cache",
+                    f"{cached_s * 1000:.1f} ms ({build_s / cached_s:.0f}x faster than building)",
+                ],
+                [
+                    "CSR sort + dedup: Polars vs numpy packed-key np.unique",
+                    f"{polars_csr_s:.3f} s vs {numpy_csr_s:.3f} s ({numpy_csr_s / polars_csr_s:.2f}x)",
+                ],
+                [
+                    "BPR negatives (one draw, exact redraw of the rejected; all train pairs)",
+                    f"{len(pairs) / bpr_s:,.0f} pairs/s",
+                ],
+                [
+                    "BPR negatives, redraw-until-accepted baseline",
+                    f"{len(pairs) / reject_s:,.0f} pairs/s (ours {reject_s / bpr_s:.2f}x)",
+                ],
+                [
+                    "KG corrupted-tail negatives (all triples)",
+                    f"{len(triples) / kg_s:,.0f} triples/s",
+                ],
             ],
         ),
     ]

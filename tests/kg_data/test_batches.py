@@ -16,7 +16,9 @@ def collect(batches, epoch: int) -> list[tuple[torch.Tensor, ...]]:
 
 
 def same(a: list[tuple[torch.Tensor, ...]], b: list[tuple[torch.Tensor, ...]]) -> bool:
-    return len(a) == len(b) and all(torch.equal(x, y) for ba, bb in zip(a, b, strict=True) for x, y in zip(ba, bb, strict=True))
+    return len(a) == len(b) and all(
+        torch.equal(x, y) for ba, bb in zip(a, b, strict=True) for x, y in zip(ba, bb, strict=True)
+    )
 
 
 def test_bpr_batches_cover_the_train_pairs_once_with_valid_negatives(tiny_dataset_dir):
@@ -27,7 +29,9 @@ def test_bpr_batches_cover_the_train_pairs_once_with_valid_negatives(tiny_datase
     assert len(out) == len(batches) == -(-len(pairs) // 256)
     users, items, negatives = (torch.cat(column).numpy() for column in zip(*out, strict=True))
     assert all(t.dtype == torch.int64 for batch in out for t in batch)
-    assert sorted(zip(users.tolist(), items.tolist(), strict=True)) == sorted(map(tuple, pairs.tolist()))
+    assert sorted(zip(users.tolist(), items.tolist(), strict=True)) == sorted(
+        map(tuple, pairs.tolist())
+    )
     positives = pairs[:, 0] * ds.n_items + pairs[:, 1]
     assert not np.isin(users * ds.n_items + negatives, positives).any()
     assert not np.array_equal(users, pairs[:, 0])  # shuffled
@@ -58,8 +62,12 @@ def test_kg_batches(tiny_dataset_dir):
     triples = ds.triples_array()
     batches = KGBatches(ds, batch_size=500, seed=0)
     out = collect(batches, 0)
-    heads, relations, tails, negatives = (torch.cat(column).numpy() for column in zip(*out, strict=True))
-    assert sorted(zip(heads.tolist(), relations.tolist(), tails.tolist(), strict=True)) == sorted(map(tuple, triples.tolist()))
+    heads, relations, tails, negatives = (
+        torch.cat(column).numpy() for column in zip(*out, strict=True)
+    )
+    assert sorted(zip(heads.tolist(), relations.tolist(), tails.tolist(), strict=True)) == sorted(
+        map(tuple, triples.tolist())
+    )
     assert relations.max() < ds.n_relations
     width = ds.n_entities
     true = (triples[:, 0] * ds.n_relations + triples[:, 1]) * width + triples[:, 2]
@@ -76,9 +84,15 @@ def test_subgraph_batches(tiny_dataset_dir):
     assert len(out) == len(batches) == -(-ckg.n_users // 64)
     covered = torch.cat([sub.node[: sub.num_seeds] for sub in out])
     assert sorted(covered.tolist()) == seeds.tolist()
-    assert all(sub.edge_index.dtype == torch.int64 and int(sub.edge_index.max()) < sub.num_nodes for sub in out)
+    assert all(
+        sub.edge_index.dtype == torch.int64 and int(sub.edge_index.max()) < sub.num_nodes
+        for sub in out
+    )
     again = list(SubgraphBatches(ckg, seeds, batch_size=64, fanouts=[5, 5], seed=0).epoch(0))
-    assert all(torch.equal(x.edge_index, y.edge_index) and torch.equal(x.node, y.node) for x, y in zip(out, again, strict=True))
+    assert all(
+        torch.equal(x.edge_index, y.edge_index) and torch.equal(x.node, y.node)
+        for x, y in zip(out, again, strict=True)
+    )
     other = list(batches.epoch(1))
     assert not torch.equal(out[0].node, other[0].node)
 

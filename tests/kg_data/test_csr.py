@@ -22,7 +22,9 @@ def chi_square_critical(dof: int, p_value: float = 1e-4) -> float:
     low, high = 0.0, 10.0 * dof + 100.0
     for _ in range(80):
         mid = (low + high) / 2
-        survival = torch.special.gammaincc(half_dof, torch.tensor(mid / 2, dtype=torch.float64)).item()
+        survival = torch.special.gammaincc(
+            half_dof, torch.tensor(mid / 2, dtype=torch.float64)
+        ).item()
         low, high = (mid, high) if survival > p_value else (low, mid)
     return low
 
@@ -48,7 +50,13 @@ def test_build_csr_matches_python_reference_and_drops_duplicates():
         reference.setdefault(s, set()).add((r, d))
     assert len(indptr) == 33 and indptr[-1] == len(indices)
     for row in range(32):
-        got = list(zip(relation[indptr[row] : indptr[row + 1]].tolist(), indices[indptr[row] : indptr[row + 1]].tolist(), strict=True))
+        got = list(
+            zip(
+                relation[indptr[row] : indptr[row + 1]].tolist(),
+                indices[indptr[row] : indptr[row + 1]].tolist(),
+                strict=True,
+            )
+        )
         assert got == sorted(reference.get(row, set())), row
     assert indices.dtype == np.int64 and relation.dtype == np.int64
 
@@ -78,13 +86,17 @@ def test_sample_rows_with_replacement_and_take_all():
     assert np.bincount(which, minlength=3).tolist() == [0, 6, 6]
     assert np.all((positions >= starts[which]) & (positions < starts[which] + degrees[which]))
     for replace in (False, True):
-        which, positions = sample_rows(starts, degrees, TAKE_ALL, np.random.default_rng(2), replace=replace)
+        which, positions = sample_rows(
+            starts, degrees, TAKE_ALL, np.random.default_rng(2), replace=replace
+        )
         assert positions.tolist() == list(range(12))
 
 
 def test_sample_rows_per_row_k():
     degrees = np.array([10, 10, 10])
-    which, _ = sample_rows(np.array([0, 10, 20]), degrees, np.array([1, 4, 0]), np.random.default_rng(3), replace=False)
+    which, _ = sample_rows(
+        np.array([0, 10, 20]), degrees, np.array([1, 4, 0]), np.random.default_rng(3), replace=False
+    )
     assert np.bincount(which, minlength=3).tolist() == [1, 4, 0]
 
 
@@ -99,7 +111,9 @@ def subset_counts(draw, rows: int, degree: int, k: int) -> np.ndarray:
 
 def floyd_draw(rows: int, degree: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     degrees = np.full(rows, degree)
-    return sample_rows(np.zeros(rows, np.int64), degrees, k, np.random.default_rng(4), replace=False)
+    return sample_rows(
+        np.zeros(rows, np.int64), degrees, k, np.random.default_rng(4), replace=False
+    )
 
 
 def sliding_window_draw(rows: int, degree: int, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -121,6 +135,8 @@ def test_subset_chi_square_catches_a_biased_sampler():
 
 
 def test_with_replacement_draws_are_uniform_chi_square():
-    which, positions = sample_rows(np.zeros(5000, np.int64), np.full(5000, 10), 4, np.random.default_rng(5), replace=True)
+    which, positions = sample_rows(
+        np.zeros(5000, np.int64), np.full(5000, 10), 4, np.random.default_rng(5), replace=True
+    )
     counts = np.bincount(positions, minlength=10)
     assert chi_square(counts) < chi_square_critical(9)

@@ -15,13 +15,23 @@ from kg_data.errors import KGDataError
 from kg_data.graph import CACHE_DIR
 
 
-def write_kgat(raw: Path, train: dict[int, list[int]], test: dict[int, list[int]], triples: list[tuple[int, int, int]], n_entities: int) -> Path:
+def write_kgat(
+    raw: Path,
+    train: dict[int, list[int]],
+    test: dict[int, list[int]],
+    triples: list[tuple[int, int, int]],
+    n_entities: int,
+) -> Path:
     """A hand-made KGAT raw dir; `entity_list.txt` sizes the entity space (so isolated entities exist)."""
     raw.mkdir(parents=True)
     for name, lines in (("train.txt", train), ("test.txt", test)):
-        (raw / name).write_text("".join(f"{u} {' '.join(map(str, items))}\n" for u, items in lines.items()))
+        (raw / name).write_text(
+            "".join(f"{u} {' '.join(map(str, items))}\n" for u, items in lines.items())
+        )
     (raw / "kg_final.txt").write_text("".join(f"{h} {r} {t}\n" for h, r, t in triples))
-    (raw / "entity_list.txt").write_text("org_id remap_id\n" + "".join(f"e{i} {i}\n" for i in range(n_entities)))
+    (raw / "entity_list.txt").write_text(
+        "org_id remap_id\n" + "".join(f"e{i} {i}\n" for i in range(n_entities))
+    )
     return raw
 
 
@@ -58,7 +68,9 @@ def csr_rows(ckg: CKG) -> dict[int, list[tuple[int, int]]]:
     for node in range(ckg.num_nodes):
         lo, hi = ckg.indptr[node], ckg.indptr[node + 1]
         if hi > lo:
-            out[node] = list(zip(ckg.relation[lo:hi].tolist(), ckg.indices[lo:hi].tolist(), strict=True))
+            out[node] = list(
+                zip(ckg.relation[lo:hi].tolist(), ckg.indices[lo:hi].tolist(), strict=True)
+            )
     return out
 
 
@@ -68,7 +80,12 @@ def test_csr_equals_python_reference_on_tiny_dataset(tiny_dataset_dir):
     assert csr_rows(ckg) == reference_edges(ds)
     assert ckg.num_nodes == ds.n_entities + ds.n_users
     assert ckg.num_relations == 2 + 2 * ds.n_relations
-    assert (ckg.n_entities, ckg.n_users, ckg.n_items, ckg.n_kg_relations) == (ds.n_entities, ds.n_users, ds.n_items, ds.n_relations)
+    assert (ckg.n_entities, ckg.n_users, ckg.n_items, ckg.n_kg_relations) == (
+        ds.n_entities,
+        ds.n_users,
+        ds.n_items,
+        ds.n_relations,
+    )
     assert ckg.indptr.dtype == ckg.indices.dtype == ckg.relation.dtype == np.int64
 
 
@@ -77,7 +94,11 @@ def test_relation_ids_follow_the_kgat_convention(tmp_path):
     edges = set(zip(*ckg.coo(), strict=True))  # (h, t, rel)
     n_e = ckg.n_entities
     assert (n_e, n_e + 3) == (8, 11) and ckg.num_relations == 6
-    assert (n_e + 1, 2, 0) in edges and (2, n_e + 1, 1) in edges  # user 1 interacts with item 2, and back
+    assert (n_e + 1, 2, 0) in edges and (
+        2,
+        n_e + 1,
+        1,
+    ) in edges  # user 1 interacts with item 2, and back
     assert (n_e + 0, 2, 0) not in edges  # (0, 2) is a test interaction: not in the graph
     assert (2, 5, 3) in edges and (5, 2, 5) in edges  # triple (2, r=1, 5) and its inverse 2 + 2 + 1
     assert ckg.degree[7] == 0  # the isolated entity
@@ -95,7 +116,9 @@ def test_from_dataset_caches_and_second_open_skips_the_build(tmp_path, monkeypat
 
     monkeypatch.setattr(CKG, "build", classmethod(lambda cls, ds: no_build(ds)))
     second = CKG.from_dataset(KGDataset.open(path))
-    assert np.array_equal(first.indptr, second.indptr) and np.array_equal(first.indices, second.indices)
+    assert np.array_equal(first.indptr, second.indptr) and np.array_equal(
+        first.indices, second.indices
+    )
     assert np.array_equal(first.relation, second.relation) and first.num_nodes == second.num_nodes
 
 
@@ -103,7 +126,9 @@ def test_cache_is_invalidated_when_the_data_changes(tmp_path):
     path = hand_dataset(tmp_path)
     before = CKG.from_dataset(path)
     interactions = pl.read_parquet(path / "interactions.parquet")
-    interactions.filter(~((pl.col("user") == 1) & (pl.col("item") == 2))).write_parquet(path / "interactions.parquet")
+    interactions.filter(~((pl.col("user") == 1) & (pl.col("item") == 2))).write_parquet(
+        path / "interactions.parquet"
+    )
     after = CKG.from_dataset(path)
     assert after.num_edges == before.num_edges - 2
     assert len(list((path / CACHE_DIR).glob("*.npz"))) == 2
@@ -124,9 +149,16 @@ def test_to_torch_gives_int64_tensors_in_message_passing_orientation(tiny_datase
     ckg = CKG.from_dataset(tiny_dataset_dir)
     tensors = ckg.to_torch()
     heads, tails, relations = ckg.coo()
-    assert tensors.edge_index.dtype == tensors.indptr.dtype == tensors.relation.dtype == tensors.indices.dtype
+    assert (
+        tensors.edge_index.dtype
+        == tensors.indptr.dtype
+        == tensors.relation.dtype
+        == tensors.indices.dtype
+    )
     assert str(tensors.edge_index.dtype) == "torch.int64"
-    assert np.array_equal(tensors.edge_index[0].numpy(), tails) and np.array_equal(tensors.edge_index[1].numpy(), heads)
+    assert np.array_equal(tensors.edge_index[0].numpy(), tails) and np.array_equal(
+        tensors.edge_index[1].numpy(), heads
+    )
     assert np.array_equal(tensors.relation.numpy(), relations)
     assert (tensors.num_nodes, tensors.num_relations) == (ckg.num_nodes, ckg.num_relations)
 

@@ -18,7 +18,9 @@ def chi_square_critical(dof: int, p_value: float = 1e-4) -> float:
     low, high = 0.0, 10.0 * dof + 100.0
     for _ in range(80):
         mid = (low + high) / 2
-        survival = torch.special.gammaincc(half_dof, torch.tensor(mid / 2, dtype=torch.float64)).item()
+        survival = torch.special.gammaincc(
+            half_dof, torch.tensor(mid / 2, dtype=torch.float64)
+        ).item()
         low, high = (mid, high) if survival > p_value else (low, mid)
     return low
 
@@ -129,8 +131,12 @@ def test_kg_negatives_fall_back_to_all_entities_when_the_range_is_exhausted():
 
 
 def test_kg_negatives_are_uniform_over_the_allowed_range():
-    triples = np.array([[0, 0, t] for t in (2, 5)] + [[h, 0, t] for h in (1, 3) for t in range(2, 12)])
-    tails = KGNegativeSampler(triples, n_entities=20, seed=5).sample(np.zeros(20_000, np.int64), np.zeros(20_000, np.int64))
+    triples = np.array(
+        [[0, 0, t] for t in (2, 5)] + [[h, 0, t] for h in (1, 3) for t in range(2, 12)]
+    )
+    tails = KGNegativeSampler(triples, n_entities=20, seed=5).sample(
+        np.zeros(20_000, np.int64), np.zeros(20_000, np.int64)
+    )
     counts = np.bincount(tails, minlength=20)
     allowed = [t for t in range(2, 12) if t not in (2, 5)]
     assert counts.sum() == counts[allowed].sum()
@@ -139,7 +145,13 @@ def test_kg_negatives_are_uniform_over_the_allowed_range():
 
 def test_kg_negatives_deterministic_by_seed(tiny_dataset_dir):
     triples = KGDataset.open(tiny_dataset_dir).triples_array()
-    a = KGNegativeSampler.from_dataset(tiny_dataset_dir, seed=1).sample(triples[:, 0], triples[:, 1])
-    b = KGNegativeSampler.from_dataset(tiny_dataset_dir, seed=1).sample(triples[:, 0], triples[:, 1])
-    c = KGNegativeSampler.from_dataset(tiny_dataset_dir, seed=2).sample(triples[:, 0], triples[:, 1])
+    a = KGNegativeSampler.from_dataset(tiny_dataset_dir, seed=1).sample(
+        triples[:, 0], triples[:, 1]
+    )
+    b = KGNegativeSampler.from_dataset(tiny_dataset_dir, seed=1).sample(
+        triples[:, 0], triples[:, 1]
+    )
+    c = KGNegativeSampler.from_dataset(tiny_dataset_dir, seed=2).sample(
+        triples[:, 0], triples[:, 1]
+    )
     assert np.array_equal(a, b) and not np.array_equal(a, c)

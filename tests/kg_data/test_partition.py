@@ -35,14 +35,21 @@ def test_parts_cover_the_train_edges_once_and_are_self_contained(tiny_dataset_di
         for user in part.users.tolist():
             assert owners.setdefault(user, part.index) == part.index  # a user's edges stay together
         # edges reference only the part's nodes
-        assert np.isin(part.pairs[:, 0], part.users).all() and np.isin(part.pairs[:, 1], part.entities).all()
+        assert (
+            np.isin(part.pairs[:, 0], part.users).all()
+            and np.isin(part.pairs[:, 1], part.entities).all()
+        )
         assert np.isin(part.triples[:, [0, 2]], part.entities).all()
         # the KG neighborhood is exactly the 2-hop closure of the part's items
-        assert set(part.entities.tolist()) == bfs_entities(triples, set(part.pairs[:, 1].tolist()), 2)
+        assert set(part.entities.tolist()) == bfs_entities(
+            triples, set(part.pairs[:, 1].tolist()), 2
+        )
         # and carries every triple among its entities
         inside = np.isin(triples[:, 0], part.entities) & np.isin(triples[:, 2], part.entities)
         assert len(part.triples) == inside.sum()
-        assert np.array_equal(part.nodes, np.concatenate([part.entities, part.users + ds.n_entities]))
+        assert np.array_equal(
+            part.nodes, np.concatenate([part.entities, part.users + ds.n_entities])
+        )
     assert plan.edge_balance < 1.1
 
 

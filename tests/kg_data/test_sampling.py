@@ -23,7 +23,9 @@ def chi_square_critical(dof: int, p_value: float = 1e-4) -> float:
     low, high = 0.0, 10.0 * dof + 100.0
     for _ in range(80):
         mid = (low + high) / 2
-        survival = torch.special.gammaincc(half_dof, torch.tensor(mid / 2, dtype=torch.float64)).item()
+        survival = torch.special.gammaincc(
+            half_dof, torch.tensor(mid / 2, dtype=torch.float64)
+        ).item()
         low, high = (mid, high) if survival > p_value else (low, mid)
     return low
 
@@ -42,7 +44,9 @@ def seeds_of(ckg: CKG, n: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).choice(ckg.num_nodes, n, replace=False)
 
 
-def check_subgraph(ckg: CKG, out: SampledSubgraph, seeds: np.ndarray, fanouts: list[int], edges: set) -> None:
+def check_subgraph(
+    ckg: CKG, out: SampledSubgraph, seeds: np.ndarray, fanouts: list[int], edges: set
+) -> None:
     """The invariants every sample must hold."""
     node = out.node
     assert np.array_equal(node[: len(seeds)], seeds) and out.num_seeds == len(seeds)
@@ -50,8 +54,13 @@ def check_subgraph(ckg: CKG, out: SampledSubgraph, seeds: np.ndarray, fanouts: l
     assert sum(out.num_sampled_nodes) == len(node) and sum(out.num_sampled_edges) == out.num_edges
     source, target = node[out.edge_index[0]], node[out.edge_index[1]]
     # every edge exists, and edge_id points at it in the CSR row of its target
-    assert all(e in edges for e in zip(target.tolist(), out.relation.tolist(), source.tolist(), strict=True))
-    assert np.array_equal(ckg.indices[out.edge_id], source) and np.array_equal(ckg.relation[out.edge_id], out.relation)
+    assert all(
+        e in edges
+        for e in zip(target.tolist(), out.relation.tolist(), source.tolist(), strict=True)
+    )
+    assert np.array_equal(ckg.indices[out.edge_id], source) and np.array_equal(
+        ckg.relation[out.edge_id], out.relation
+    )
     assert np.all((out.edge_id >= ckg.indptr[target]) & (out.edge_id < ckg.indptr[target + 1]))
     # hop i expands exactly the nodes that hop i-1 reached first, each with at most its fanout
     first = np.cumsum((0, *out.num_sampled_nodes))
@@ -61,7 +70,9 @@ def check_subgraph(ckg: CKG, out: SampledSubgraph, seeds: np.ndarray, fanouts: l
         counts = np.bincount(out.edge_index[1][mine], minlength=len(node))
         assert np.all(counts[expanded] == np.minimum(ckg.degree[node[expanded]], fanout))
         assert counts.sum() == counts[expanded].sum()
-        assert np.all(out.edge_index[0][mine] < first[hop + 2])  # neighbors known by the end of this hop
+        assert np.all(
+            out.edge_index[0][mine] < first[hop + 2]
+        )  # neighbors known by the end of this hop
 
 
 def test_sample_invariants_without_replacement(ckg):
@@ -79,10 +90,20 @@ def test_sample_with_replacement_draws_exactly_fanout(ckg):
     seeds = seeds_of(ckg, 50, 1)
     out = NeighborSampler(ckg, fanouts=[30], replace=True, seed=0).sample(seeds)
     targets = out.node[out.edge_index[1]]
-    assert all(e in edges for e in zip(targets.tolist(), out.relation.tolist(), out.node[out.edge_index[0]].tolist(), strict=True))
+    assert all(
+        e in edges
+        for e in zip(
+            targets.tolist(),
+            out.relation.tolist(),
+            out.node[out.edge_index[0]].tolist(),
+            strict=True,
+        )
+    )
     counts = np.bincount(out.edge_index[1], minlength=len(seeds))[: len(seeds)]
     assert np.array_equal(counts, np.where(ckg.degree[seeds] > 0, 30, 0))
-    assert len(np.unique(out.edge_id)) < out.num_edges  # some degrees are below 30: repeats must occur
+    assert (
+        len(np.unique(out.edge_id)) < out.num_edges
+    )  # some degrees are below 30: repeats must occur
 
 
 def test_fanout_minus_one_takes_every_neighbor(ckg):
@@ -118,7 +139,11 @@ def test_same_seed_same_sample_and_different_seed_differs(ckg):
     a = NeighborSampler(ckg, [10, 10], seed=5).sample(seeds)
     b = NeighborSampler(ckg, [10, 10], seed=5).sample(seeds)
     c = NeighborSampler(ckg, [10, 10], seed=6).sample(seeds)
-    assert np.array_equal(a.node, b.node) and np.array_equal(a.edge_index, b.edge_index) and np.array_equal(a.relation, b.relation)
+    assert (
+        np.array_equal(a.node, b.node)
+        and np.array_equal(a.edge_index, b.edge_index)
+        and np.array_equal(a.relation, b.relation)
+    )
     assert not np.array_equal(np.sort(a.edge_id), np.sort(c.edge_id))
 
 
@@ -137,7 +162,15 @@ def test_per_relation_fanouts(ckg):
     interact_only = NeighborSampler(ckg, [3, 2], seed=0, relations=[0, 1]).sample(seeds)
     assert set(interact_only.relation.tolist()) <= {0, 1}
     targets = interact_only.node[interact_only.edge_index[1]]
-    assert all(e in edges for e in zip(targets.tolist(), interact_only.relation.tolist(), interact_only.node[interact_only.edge_index[0]].tolist(), strict=True))
+    assert all(
+        e in edges
+        for e in zip(
+            targets.tolist(),
+            interact_only.relation.tolist(),
+            interact_only.node[interact_only.edge_index[0]].tolist(),
+            strict=True,
+        )
+    )
 
     table = {r: 2 for r in range(ckg.num_relations)}
     table[0] = [4, 1]
@@ -149,8 +182,12 @@ def test_per_relation_fanouts(ckg):
         limit = np.where(np.arange(len(counts)) % ckg.num_relations == 0, [4, 1][hop], 2)
         assert np.all(counts <= limit)
     # per relation, a node of hop 0 with >= 4 interact edges gets exactly 4 of them
-    seed_interacts = np.array([np.sum(ckg.relation[ckg.indptr[s] : ckg.indptr[s + 1]] == 0) for s in seeds])
-    got = np.bincount(out.edge_index[1][(out.hop == 0) & (out.relation == 0)], minlength=len(seeds))[: len(seeds)]
+    seed_interacts = np.array(
+        [np.sum(ckg.relation[ckg.indptr[s] : ckg.indptr[s + 1]] == 0) for s in seeds]
+    )
+    got = np.bincount(
+        out.edge_index[1][(out.hop == 0) & (out.relation == 0)], minlength=len(seeds)
+    )[: len(seeds)]
     assert np.array_equal(got, np.minimum(seed_interacts, 4))
 
 
@@ -162,7 +199,11 @@ def test_to_torch_and_to_pyg(ckg):
     assert torch.equal(t.edge_index, torch.from_numpy(out.edge_index))
     data = out.to_pyg()
     assert data.num_nodes == out.num_nodes and data.batch_size == 16
-    assert torch.equal(data.n_id, t.node) and torch.equal(data.edge_type, t.relation) and torch.equal(data.e_id, t.edge_id)
+    assert (
+        torch.equal(data.n_id, t.node)
+        and torch.equal(data.edge_type, t.relation)
+        and torch.equal(data.e_id, t.edge_id)
+    )
     assert data.num_sampled_nodes == list(out.num_sampled_nodes)
     data.validate(raise_on_error=True)
 
@@ -192,7 +233,9 @@ def test_lfm1m_two_hop_sample(shared_data, tmp_path):
     raw = shared_data / "lfm1m-kgat"
     if not raw.is_dir():
         pytest.skip("lfm1m-kgat not in the shared data")
-    ckg = CKG.from_dataset(kg_data.ingest(raw, tmp_path / "lfm1m", progress=False).path, cache=False)
+    ckg = CKG.from_dataset(
+        kg_data.ingest(raw, tmp_path / "lfm1m", progress=False).path, cache=False
+    )
     users = ckg.n_entities + np.arange(0, ckg.n_users, 7)
     out = NeighborSampler(ckg, [10, 10], seed=0).sample(users)
     targets, sources = out.node[out.edge_index[1]], out.node[out.edge_index[0]]

@@ -31,9 +31,18 @@ class _Batches:
     """Shared shuffling and batch slicing over `size` rows."""
 
     def __init__(self, size: int, batch_size: int, seed: int, drop_last: bool) -> None:
-        if not isinstance(batch_size, (int, np.integer)) or isinstance(batch_size, bool) or batch_size < 1:
+        if (
+            not isinstance(batch_size, (int, np.integer))
+            or isinstance(batch_size, bool)
+            or batch_size < 1
+        ):
             raise KGDataError(f"'batch_size' needs to be a positive integer (got {batch_size!r})")
-        self.size, self.batch_size, self.seed, self.drop_last = size, int(batch_size), int(seed), drop_last
+        self.size, self.batch_size, self.seed, self.drop_last = (
+            size,
+            int(batch_size),
+            int(seed),
+            drop_last,
+        )
 
     def __len__(self) -> int:
         full, rest = divmod(self.size, self.batch_size)
@@ -48,7 +57,14 @@ class _Batches:
 class BPRBatches(_Batches):
     """`(users, pos_items, neg_items)` over the train interactions; negatives are never a positive."""
 
-    def __init__(self, dataset: str | os.PathLike | KGDataset, batch_size: int, seed: int = 0, *, drop_last: bool = False) -> None:
+    def __init__(
+        self,
+        dataset: str | os.PathLike | KGDataset,
+        batch_size: int,
+        seed: int = 0,
+        *,
+        drop_last: bool = False,
+    ) -> None:
         ds = open_dataset(dataset)
         self.pairs = ds.pairs("train")
         self.negatives = BPRNegativeSampler(self.pairs, ds.n_items, seed)
@@ -67,7 +83,14 @@ class BPRBatches(_Batches):
 class KGBatches(_Batches):
     """`(heads, relations, tails, neg_tails)` over the KG triples, KG relation ids `0..n_relations-1`."""
 
-    def __init__(self, dataset: str | os.PathLike | KGDataset, batch_size: int, seed: int = 0, *, drop_last: bool = False) -> None:
+    def __init__(
+        self,
+        dataset: str | os.PathLike | KGDataset,
+        batch_size: int,
+        seed: int = 0,
+        *,
+        drop_last: bool = False,
+    ) -> None:
         ds = open_dataset(dataset)
         self.triples = ds.triples_array()
         self.negatives = KGNegativeSampler(self.triples, ds.n_entities, seed)
@@ -80,7 +103,10 @@ class KGBatches(_Batches):
         for rows in self._chunks(rng):
             heads, relations, tails = self.triples[rows].T
             negatives = self.negatives.sample(heads, relations, rng=rng)
-            yield tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in (heads, relations, tails, negatives))
+            yield tuple(
+                torch.from_numpy(np.ascontiguousarray(a))
+                for a in (heads, relations, tails, negatives)
+            )
 
 
 class SubgraphBatches(_Batches):
@@ -98,7 +124,9 @@ class SubgraphBatches(_Batches):
         relations: Sequence[int] | Mapping[int, int | Sequence[int]] | None = None,
         drop_last: bool = False,
     ) -> None:
-        self.sampler = NeighborSampler(ckg, fanouts, replace=replace, seed=seed, relations=relations)
+        self.sampler = NeighborSampler(
+            ckg, fanouts, replace=replace, seed=seed, relations=relations
+        )
         self.seeds = self.sampler.check_seeds(seeds)
         super().__init__(len(self.seeds), batch_size, seed, drop_last)
 

@@ -14,13 +14,21 @@ import polars as pl
 TAKE_ALL = np.iinfo(np.int64).max  # a per-segment k meaning "every position, once"
 
 
-def build_csr(src: np.ndarray, dst: np.ndarray, rel: np.ndarray, num_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def build_csr(
+    src: np.ndarray, dst: np.ndarray, rel: np.ndarray, num_rows: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """CSR of the edges (src -> dst, rel): rows are `src`, deduplicated, sorted by (src, rel, dst).
 
     Polars sorts and drops duplicates (multi-threaded, stable); `np.bincount` gives the row lengths.
     """
     edges = (
-        pl.DataFrame({"src": np.asarray(src, np.int64), "rel": np.asarray(rel, np.int64), "dst": np.asarray(dst, np.int64)})
+        pl.DataFrame(
+            {
+                "src": np.asarray(src, np.int64),
+                "rel": np.asarray(rel, np.int64),
+                "dst": np.asarray(dst, np.int64),
+            }
+        )
         .unique()
         .sort("src", "rel", "dst")
     )
@@ -28,7 +36,11 @@ def build_csr(src: np.ndarray, dst: np.ndarray, rel: np.ndarray, num_rows: int) 
     indptr = np.zeros(num_rows + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows, minlength=num_rows), out=indptr[1:])
     # np.array copies: Polars hands out read-only views, and torch.from_numpy wants writable arrays.
-    return indptr, np.array(edges["dst"].to_numpy(), dtype=np.int64), np.array(edges["rel"].to_numpy(), dtype=np.int64)
+    return (
+        indptr,
+        np.array(edges["dst"].to_numpy(), dtype=np.int64),
+        np.array(edges["rel"].to_numpy(), dtype=np.int64),
+    )
 
 
 def segment_ids(lengths: np.ndarray) -> np.ndarray:
@@ -43,7 +55,12 @@ def segment_offsets(lengths: np.ndarray) -> np.ndarray:
 
 
 def sample_rows(
-    starts: np.ndarray, degrees: np.ndarray, k: np.ndarray | int, rng: np.random.Generator, *, replace: bool
+    starts: np.ndarray,
+    degrees: np.ndarray,
+    k: np.ndarray | int,
+    rng: np.random.Generator,
+    *,
+    replace: bool,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Draw up to `k` positions uniformly from each segment `[starts[i], starts[i] + degrees[i])`.
 
@@ -77,7 +94,9 @@ def sample_rows(
     return segment_ids(counts), positions
 
 
-def _floyd(degrees: np.ndarray, k: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _floyd(
+    degrees: np.ndarray, k: np.ndarray, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Uniform k-subsets of range(degree) for many segments (all with degree > k), vectorized.
 
     Floyd's algorithm: for j = d-k .. d-1 draw t in [0, j]; keep t unless already chosen, then keep j.

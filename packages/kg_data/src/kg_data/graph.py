@@ -110,17 +110,32 @@ class CKG:
         heads, rels, tails = triples[:, 0], triples[:, 1], triples[:, 2]
         src = np.concatenate([users, items, heads, tails])
         dst = np.concatenate([items, users, tails, heads])
-        rel = np.concatenate([np.full(len(pairs), INTERACT), np.full(len(pairs), INTERACTED_BY), rels + 2, rels + 2 + n_kg])
+        rel = np.concatenate(
+            [
+                np.full(len(pairs), INTERACT),
+                np.full(len(pairs), INTERACTED_BY),
+                rels + 2,
+                rels + 2 + n_kg,
+            ]
+        )
         indptr, indices, relation = build_csr(src, dst, rel, n_entities + ds.n_users)
         return cls(indptr, indices, relation, n_entities, ds.n_users, ds.n_items, n_kg)
 
     def _save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        sizes = np.array([self.n_entities, self.n_users, self.n_items, self.n_kg_relations], dtype=np.int64)
+        sizes = np.array(
+            [self.n_entities, self.n_users, self.n_items, self.n_kg_relations], dtype=np.int64
+        )
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as handle:
-                np.savez(handle, indptr=self.indptr, indices=self.indices, relation=self.relation, sizes=sizes)
+                np.savez(
+                    handle,
+                    indptr=self.indptr,
+                    indices=self.indices,
+                    relation=self.relation,
+                    sizes=sizes,
+                )
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -131,9 +146,19 @@ class CKG:
         try:
             with np.load(path, allow_pickle=False) as data:
                 n_entities, n_users, n_items, n_kg = (int(v) for v in data["sizes"])
-                return cls(data["indptr"], data["indices"], data["relation"], n_entities, n_users, n_items, n_kg)
+                return cls(
+                    data["indptr"],
+                    data["indices"],
+                    data["relation"],
+                    n_entities,
+                    n_users,
+                    n_items,
+                    n_kg,
+                )
         except (OSError, KeyError, ValueError) as exc:
-            raise KGDataError(f"{path}: unreadable graph cache ({exc}); delete it and open the dataset again") from None
+            raise KGDataError(
+                f"{path}: unreadable graph cache ({exc}); delete it and open the dataset again"
+            ) from None
 
     def __repr__(self) -> str:
         return (
@@ -154,7 +179,9 @@ class CKGTensors:
     num_relations: int
 
 
-def kg_neighbor_table(dataset: str | os.PathLike | KGDataset, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def kg_neighbor_table(
+    dataset: str | os.PathLike | KGDataset, k: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
     """KGCN's fixed-size neighborhoods over the KG alone, seen as undirected.
 
     Returns `(neighbors, relations)`, both `[n_entities, k]` int64; relation ids are the KG's
@@ -168,12 +195,20 @@ def kg_neighbor_table(dataset: str | os.PathLike | KGDataset, k: int, seed: int)
     triples = ds.triples_array()
     heads, rels, tails = triples[:, 0], triples[:, 1], triples[:, 2]
     n = ds.n_entities
-    indptr, indices, relation = build_csr(np.concatenate([heads, tails]), np.concatenate([tails, heads]), np.concatenate([rels, rels]), n)
+    indptr, indices, relation = build_csr(
+        np.concatenate([heads, tails]),
+        np.concatenate([tails, heads]),
+        np.concatenate([rels, rels]),
+        n,
+    )
     rng = np.random.default_rng(seed)
     degrees = np.diff(indptr)
     neighbors = np.repeat(np.arange(n, dtype=np.int64)[:, None], k, axis=1)
     relations = np.zeros((n, k), dtype=np.int64)
-    for replace, rows in ((False, np.flatnonzero(degrees >= k)), (True, np.flatnonzero((degrees > 0) & (degrees < k)))):
+    for replace, rows in (
+        (False, np.flatnonzero(degrees >= k)),
+        (True, np.flatnonzero((degrees > 0) & (degrees < k))),
+    ):
         _, positions = sample_rows(indptr[rows], degrees[rows], k, rng, replace=replace)
         neighbors[rows] = indices[positions].reshape(-1, k)
         relations[rows] = relation[positions].reshape(-1, k)

@@ -34,13 +34,19 @@ class ExcludingSampler:
         groups = np.asarray(groups, np.int64)
         values = np.asarray(values, np.int64)
         if groups.size and int(groups.max()) > (_MAX_KEY - width) // max(width, 1):
-            raise KGDataError(f"too many groups ({int(groups.max()) + 1}) for values below {width}: keys would overflow int64")
+            raise KGDataError(
+                f"too many groups ({int(groups.max()) + 1}) for values below {width}: keys would overflow int64"
+            )
         self.width = width
         self._keys = np.unique(groups * width + values)
         key_groups = self._keys // width
         self._group_ids, group_start = np.unique(key_groups, return_index=True)
-        self._bounds = np.append(group_start, len(self._keys))  # group i's keys: bounds[i] .. bounds[i+1]
-        ranks = np.arange(len(self._keys), dtype=np.int64) - np.repeat(group_start, np.diff(self._bounds))
+        self._bounds = np.append(
+            group_start, len(self._keys)
+        )  # group i's keys: bounds[i] .. bounds[i+1]
+        ranks = np.arange(len(self._keys), dtype=np.int64) - np.repeat(
+            group_start, np.diff(self._bounds)
+        )
         self._rank_keys = self._keys - ranks
 
     def _segments(self, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -60,10 +66,16 @@ class ExcludingSampler:
         keys = np.asarray(groups, np.int64) * self.width + np.asarray(values, np.int64)
         if not len(self._keys):
             return np.zeros(len(keys), dtype=bool)
-        return self._keys[np.minimum(np.searchsorted(self._keys, keys), len(self._keys) - 1)] == keys
+        return (
+            self._keys[np.minimum(np.searchsorted(self._keys, keys), len(self._keys) - 1)] == keys
+        )
 
     def draw(
-        self, groups: np.ndarray, universe: np.ndarray | int, rng: np.random.Generator, describe: Callable[[int], str] = "group {}".format
+        self,
+        groups: np.ndarray,
+        universe: np.ndarray | int,
+        rng: np.random.Generator,
+        describe: Callable[[int], str] = "group {}".format,
     ) -> np.ndarray:
         """One allowed value per entry of `groups`, uniform over its allowed set.
 
@@ -72,23 +84,37 @@ class ExcludingSampler:
         groups = np.asarray(groups, np.int64)
         universe = np.broadcast_to(np.asarray(universe, np.int64), groups.shape)
         if np.any(universe <= 0):
-            raise KGDataError(f"{describe(int(groups[np.flatnonzero(universe <= 0)[0]]))}: no negative exists for it (no candidates)")
+            raise KGDataError(
+                f"{describe(int(groups[np.flatnonzero(universe <= 0)[0]]))}: no negative exists for it (no candidates)"
+            )
         values = _uniform_below(universe, rng)
-        redo = np.flatnonzero(self.is_excluded(groups, values))  # a group with nothing allowed always lands here
+        redo = np.flatnonzero(
+            self.is_excluded(groups, values)
+        )  # a group with nothing allowed always lands here
         first, excluded = self._segments(groups[redo])
         allowed = universe[redo] - excluded
         if np.any(allowed <= 0):
             bad = groups[redo][np.flatnonzero(allowed <= 0)[0]]
-            raise KGDataError(f"{describe(int(bad))}: no negative exists for it; drop it from the data")
+            raise KGDataError(
+                f"{describe(int(bad))}: no negative exists for it; drop it from the data"
+            )
         ranks = _uniform_below(allowed, rng)
-        values[redo] = ranks + np.searchsorted(self._rank_keys, groups[redo] * self.width + ranks, side="right") - first
+        values[redo] = (
+            ranks
+            + np.searchsorted(self._rank_keys, groups[redo] * self.width + ranks, side="right")
+            - first
+        )
         return values
 
     def value_at_rank(self, groups: np.ndarray, ranks: np.ndarray) -> np.ndarray:
         """The allowed value of rank `ranks[i]` (0-based, in increasing order) of group `groups[i]`."""
         groups = np.asarray(groups, np.int64)
         first, _ = self._segments(groups)
-        return ranks + np.searchsorted(self._rank_keys, groups * self.width + ranks, side="right") - first
+        return (
+            ranks
+            + np.searchsorted(self._rank_keys, groups * self.width + ranks, side="right")
+            - first
+        )
 
 
 def _uniform_below(bounds: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -102,7 +128,9 @@ class BPRNegativeSampler:
     def __init__(self, train_pairs: np.ndarray, n_items: int, seed: int = 0) -> None:
         pairs = _as_pairs(train_pairs, "train_pairs")
         if pairs.size and (pairs.min() < 0 or pairs[:, 1].max() >= n_items):
-            raise KGDataError(f"'train_pairs' holds ids outside users >= 0 and items 0..{n_items - 1}")
+            raise KGDataError(
+                f"'train_pairs' holds ids outside users >= 0 and items 0..{n_items - 1}"
+            )
         self.n_items = int(n_items)
         self.rng = np.random.default_rng(seed)
         self._excluding = ExcludingSampler(pairs[:, 0], pairs[:, 1], max(self.n_items, 1))
@@ -118,7 +146,9 @@ class BPRNegativeSampler:
         """One negative item per entry of `users` (int64); `rng` overrides the sampler's own generator."""
         users = np.asarray(users, np.int64)
         rng = self.rng if rng is None else rng
-        return self._excluding.draw(users, self.n_items, rng, "user {} has every item as a training positive".format)
+        return self._excluding.draw(
+            users, self.n_items, rng, "user {} has every item as a training positive".format
+        )
 
 
 class KGNegativeSampler:
@@ -132,16 +162,22 @@ class KGNegativeSampler:
     def __init__(self, triples: np.ndarray, n_entities: int, seed: int = 0) -> None:
         triples = np.asarray(triples, np.int64)
         if triples.ndim != 2 or triples.shape[1] != 3:
-            raise KGDataError(f"'triples' needs shape (n, 3) of (head, relation, tail) (got {triples.shape})")
+            raise KGDataError(
+                f"'triples' needs shape (n, 3) of (head, relation, tail) (got {triples.shape})"
+            )
         heads, relations, tails = triples.T
         self.n_entities = int(n_entities)
         self.n_relations = int(relations.max()) + 1 if len(relations) else 0
         self.rng = np.random.default_rng(seed)
         width = max(self.n_entities, 1)
-        range_keys = np.unique(relations * width + tails)  # sorted (relation, tail) pairs: each relation's range
+        range_keys = np.unique(
+            relations * width + tails
+        )  # sorted (relation, tail) pairs: each relation's range
         self._range_tails = range_keys % width
         self._range_ptr = np.searchsorted(range_keys // width, np.arange(self.n_relations + 1))
-        rank_in_range = np.searchsorted(range_keys, relations * width + tails) - self._range_ptr[relations]
+        rank_in_range = (
+            np.searchsorted(range_keys, relations * width + tails) - self._range_ptr[relations]
+        )
         pair = heads * max(self.n_relations, 1) + relations
         self._in_range = ExcludingSampler(pair, rank_in_range, width)
         self._anywhere = ExcludingSampler(pair, tails, width)
@@ -153,7 +189,9 @@ class KGNegativeSampler:
         ds = open_dataset(dataset)
         return cls(ds.triples_array(), ds.n_entities, seed)
 
-    def sample(self, heads: np.ndarray, relations: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
+    def sample(
+        self, heads: np.ndarray, relations: np.ndarray, rng: np.random.Generator | None = None
+    ) -> np.ndarray:
         """One negative tail per (head, relation) (KG relation ids), as int64 entity ids."""
         heads = np.asarray(heads, np.int64)
         relations = np.asarray(relations, np.int64)
@@ -169,9 +207,10 @@ class KGNegativeSampler:
         tails[in_range] = self._range_tails[range_start[in_range] + ranks]
         outside = ~in_range
         if outside.any():
-            tails[outside] = self._anywhere.draw(pair[outside], self.n_entities, rng, self._describe_pair)
+            tails[outside] = self._anywhere.draw(
+                pair[outside], self.n_entities, rng, self._describe_pair
+            )
         return tails
-
 
     def _describe_pair(self, pair: int) -> str:
         head, relation = divmod(pair, max(self.n_relations, 1))

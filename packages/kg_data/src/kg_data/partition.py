@@ -79,7 +79,13 @@ class PartitionPlan:
 
 
 def partition_edges(
-    dataset: str | os.PathLike | KGDataset, num_parts: int, hops: int = 2, seed: int = 0, *, method: str = "greedy", progress: bool = False
+    dataset: str | os.PathLike | KGDataset,
+    num_parts: int,
+    hops: int = 2,
+    seed: int = 0,
+    *,
+    method: str = "greedy",
+    progress: bool = False,
 ) -> PartitionPlan:
     """Split the train interactions into `num_parts` self-sufficient parts.
 
@@ -97,9 +103,15 @@ def partition_edges(
     pairs = ds.pairs("train")
     users = np.unique(pairs[:, 0])
     if num_parts > len(users):
-        raise KGDataError(f"'num_parts' ({num_parts}) exceeds the {len(users)} users with train interactions")
+        raise KGDataError(
+            f"'num_parts' ({num_parts}) exceeds the {len(users)} users with train interactions"
+        )
     order = np.random.default_rng(seed).permutation(users)
-    assign = _greedy(pairs, order, ds.n_users, ds.n_items, num_parts, progress) if method == "greedy" else _blocks(pairs, order, ds.n_users, num_parts)
+    assign = (
+        _greedy(pairs, order, ds.n_users, ds.n_items, num_parts, progress)
+        if method == "greedy"
+        else _blocks(pairs, order, ds.n_users, num_parts)
+    )
     ckg = CKG.from_dataset(ds)
     triples = ds.triples_array()
     parts = []
@@ -109,7 +121,16 @@ def partition_edges(
         inside = np.zeros(ds.n_entities, dtype=bool)
         inside[entities] = True
         part_triples = triples[inside[triples[:, 0]] & inside[triples[:, 2]]]
-        parts.append(Part(index, np.unique(part_pairs[:, 0]), entities, part_pairs, part_triples, ds.n_entities))
+        parts.append(
+            Part(
+                index,
+                np.unique(part_pairs[:, 0]),
+                entities,
+                part_pairs,
+                part_triples,
+                ds.n_entities,
+            )
+        )
     return PartitionPlan(parts, int(hops), method, ckg.num_nodes)
 
 
@@ -138,7 +159,9 @@ def _blocks(pairs: np.ndarray, order: np.ndarray, n_users: int, num_parts: int) 
     return assign
 
 
-def _greedy(pairs: np.ndarray, order: np.ndarray, n_users: int, n_items: int, num_parts: int, progress: bool) -> np.ndarray:
+def _greedy(
+    pairs: np.ndarray, order: np.ndarray, n_users: int, n_items: int, num_parts: int, progress: bool
+) -> np.ndarray:
     """Linear deterministic greedy streaming: score = items already in the part * (1 - load / capacity).
 
     One pass over the users (a Python loop: partitioning is a one-off preprocessing step).
@@ -152,7 +175,9 @@ def _greedy(pairs: np.ndarray, order: np.ndarray, n_users: int, n_items: int, nu
     for user in tqdm(order, desc="partition users", disable=not progress, leave=False):
         items = sorted_pairs[ptr[user] : ptr[user + 1], 1]
         room = np.maximum(1.0 - load / capacity, 0.0)
-        score = holds[:, items].sum(axis=1) * room + room * 1e-9  # ties and empty parts: most room wins
+        score = (
+            holds[:, items].sum(axis=1) * room + room * 1e-9
+        )  # ties and empty parts: most room wins
         best = int(np.argmax(np.where(load + len(items) <= capacity, score, -1.0)))
         best = best if load[best] + len(items) <= capacity else int(np.argmin(load))
         assign[user] = best

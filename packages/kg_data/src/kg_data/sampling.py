@@ -54,7 +54,11 @@ class SampledSubgraph:
         """The same subgraph with every array as a torch int64 tensor (no copy)."""
         import torch
 
-        arrays = {f.name: torch.from_numpy(np.ascontiguousarray(getattr(self, f.name))) for f in fields(self) if isinstance(getattr(self, f.name), np.ndarray)}
+        arrays = {
+            f.name: torch.from_numpy(np.ascontiguousarray(getattr(self, f.name)))
+            for f in fields(self)
+            if isinstance(getattr(self, f.name), np.ndarray)
+        }
         return replace(self, **arrays)
 
     def to_pyg(self) -> Any:
@@ -96,12 +100,18 @@ class NeighborSampler:
         self.fanouts = _check_fanouts(fanouts, "fanouts")
         self.replace = bool(replace)
         self.rng = np.random.default_rng(seed)
-        self._table = None if relations is None else _relation_table(relations, self.fanouts, ckg.num_relations)
+        self._table = (
+            None
+            if relations is None
+            else _relation_table(relations, self.fanouts, ckg.num_relations)
+        )
         if self._table is not None:
             self._segments = _relation_segments(ckg)
         self._local = np.full(ckg.num_nodes, -1, dtype=np.int64)
 
-    def sample(self, seed_nodes: Sequence[int] | np.ndarray, rng: np.random.Generator | None = None) -> SampledSubgraph:
+    def sample(
+        self, seed_nodes: Sequence[int] | np.ndarray, rng: np.random.Generator | None = None
+    ) -> SampledSubgraph:
         """Sample the `len(fanouts)`-hop neighborhood of distinct `seed_nodes` (global CKG node ids)."""
         seeds = self.check_seeds(seed_nodes)
         rng = self.rng if rng is None else rng
@@ -124,7 +134,9 @@ class NeighborSampler:
         finally:
             for part in nodes:
                 local[part] = -1
-        sources, targets, positions = (np.concatenate(column) for column in zip(*edge_parts, strict=True))
+        sources, targets, positions = (
+            np.concatenate(column) for column in zip(*edge_parts, strict=True)
+        )
         return SampledSubgraph(
             node=np.concatenate(nodes),
             edge_index=np.stack([sources, targets]),
@@ -136,7 +148,9 @@ class NeighborSampler:
             num_sampled_edges=tuple(n_edges),
         )
 
-    def _draw(self, frontier: np.ndarray, hop: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def _draw(
+        self, frontier: np.ndarray, hop: int, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(index into `frontier`, CSR position) of every edge drawn at `hop`."""
         indptr = self.ckg.indptr
         if self._table is None:
@@ -152,13 +166,17 @@ class NeighborSampler:
         keep = k != 0
         owner, segs, k = owner[keep], segs[keep], k[keep]
         k = np.where(k == ALL, TAKE_ALL, k)
-        which, positions = sample_rows(seg_start[segs], seg_start[segs + 1] - seg_start[segs], k, rng, replace=self.replace)
+        which, positions = sample_rows(
+            seg_start[segs], seg_start[segs + 1] - seg_start[segs], k, rng, replace=self.replace
+        )
         return owner[which], positions
 
     def check_seeds(self, seed_nodes: Sequence[int] | np.ndarray) -> np.ndarray:
         seeds = np.asarray(seed_nodes)
         if seeds.ndim != 1 or (seeds.size and not np.issubdtype(seeds.dtype, np.integer)):
-            raise KGDataError(f"'seed_nodes' needs to be a 1-D array of integer node ids (got shape {seeds.shape}, dtype {seeds.dtype})")
+            raise KGDataError(
+                f"'seed_nodes' needs to be a 1-D array of integer node ids (got shape {seeds.shape}, dtype {seeds.dtype})"
+            )
         seeds = seeds.astype(np.int64, copy=False)
         if seeds.size and (seeds.min() < 0 or seeds.max() >= self.ckg.num_nodes):
             bad = seeds[(seeds < 0) | (seeds >= self.ckg.num_nodes)][0]
@@ -182,22 +200,37 @@ def _first_seen(candidates: np.ndarray, scratch: np.ndarray) -> np.ndarray:
 
 def _check_fanouts(fanouts: Sequence[int], name: str) -> tuple[int, ...]:
     values = tuple(fanouts) if isinstance(fanouts, Sequence) else None
-    if not values or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and (v > 0 or v == ALL) for v in values):
-        raise KGDataError(f"'{name}' needs to be a non-empty list of positive integers or -1 (got {fanouts!r})")
+    if not values or not all(
+        isinstance(v, (int, np.integer)) and not isinstance(v, bool) and (v > 0 or v == ALL)
+        for v in values
+    ):
+        raise KGDataError(
+            f"'{name}' needs to be a non-empty list of positive integers or -1 (got {fanouts!r})"
+        )
     return tuple(int(v) for v in values)
 
 
-def _relation_table(relations: Sequence[int] | Mapping[int, int | Sequence[int]], fanouts: tuple[int, ...], num_relations: int) -> np.ndarray:
+def _relation_table(
+    relations: Sequence[int] | Mapping[int, int | Sequence[int]],
+    fanouts: tuple[int, ...],
+    num_relations: int,
+) -> np.ndarray:
     """[num_relations, hops] fanout per relation and hop (0 = relation not followed)."""
     table = np.zeros((num_relations, len(fanouts)), dtype=np.int64)
-    items = relations.items() if isinstance(relations, Mapping) else ((r, fanouts) for r in relations)
+    items = (
+        relations.items() if isinstance(relations, Mapping) else ((r, fanouts) for r in relations)
+    )
     for relation, per_hop in items:
         if not isinstance(relation, (int, np.integer)) or not 0 <= relation < num_relations:
-            raise KGDataError(f"relation {relation!r} in 'relations' is not a relation id 0..{num_relations - 1}")
+            raise KGDataError(
+                f"relation {relation!r} in 'relations' is not a relation id 0..{num_relations - 1}"
+            )
         per_hop = (per_hop,) * len(fanouts) if isinstance(per_hop, (int, np.integer)) else per_hop
         values = _check_fanouts(per_hop, f"relations[{relation}]")
         if len(values) != len(fanouts):
-            raise KGDataError(f"'relations[{relation}]' gives {len(values)} fanouts for {len(fanouts)} hops")
+            raise KGDataError(
+                f"'relations[{relation}]' gives {len(values)} fanouts for {len(fanouts)} hops"
+            )
         table[relation] = values
     return table
 
