@@ -1,0 +1,299 @@
+"""MLflow tracking of a training run: params, per-epoch metrics, artifacts, tags and the run status.
+
+`MlflowTracker` talks to the store through `MlflowClient` with explicit run ids (no fluent "active
+run" global), so a sweep can nest trial runs under a parent and several trackers can live in one
+process. The trainer drives it:
+
+    tracker.start(config, run_dir, device_label)   # creates (or, on --resume, reopens) the run
+    tracker.log_epoch(epoch, row)                  # every epoch: train_loss, recall_at_20, ...
+    tracker.finish(result, run_dir)                # test metrics, artifacts, status FINISHED
+    tracker.fail(status)                           # training raised: FAILED (or KILLED), then re-raise
+
+Tracking URI: the `tracking_uri` argument, else `MLFLOW_TRACKING_URI`, else `sqlite:///<cwd>/mlflow.db`
+(made absolute so a trial that changes its working directory still writes to the same store). With a
+sqlite store a new experiment keeps its artifacts in `mlruns/<experiment>` beside the database file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Protocol
+
+from tinykg_train.run_dir import RunDir, write_json_atomic
+
+PACKAGES = ("tinykg-train", "tinykg-kernels", "kg-data", "torch", "triton")
+
+
+class Tracker(Protocol):
+    """What `trainer.train` calls on a tracker."""
+
+    def start(self, config, run_dir: RunDir, device_label: str) -> None: ...
+    def log_epoch(self, epoch: int, metrics: Mapping[str, Any]) -> None: ...
+    def finish(self, result: Mapping[str, Any], run_dir: RunDir) -> None: ...
+    def fail(self, status: str = "FAILED") -> None: ...
+
+
+# -- naming helpers -------------------------------------------------------------------------------
+
+
+def metric_key(name: str) -> str:
+    """MLflow-safe metric name: "recall@20" -> "recall_at_20"."""
+    return name.replace("@", "_at_")
+
+
+def flatten_params(values: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested dicts become dotted keys ("extra.alpha"); values become strings (lists as "[20, 50]")."""
+    flat: dict[str, str] = {}
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten_params(value, prefix=f"{name}."))
+        else:
+            flat[name] = str(list(value) if isinstance(value, tuple) else value)
+    return flat
+
+
+def numeric_metrics(values: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
+    """The int/float entries of `values` (bools and None skipped), with MLflow-safe names."""
+    return {
+        prefix + metric_key(key): float(value)
+        for key, value in values.items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+    }
+
+
+def default_tracking_uri() -> str:
+    """`MLFLOW_TRACKING_URI` if set, else an absolute `sqlite:///<cwd>/mlflow.db`."""
+    return (
+        os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd().resolve() / 'mlflow.db'}"
+    )
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a `sqlite:///path` URI, else None."""
+    prefix = "sqlite:///"
+    return Path(uri[len(prefix) :]) if uri.startswith(prefix) else None
+
+
+def absolute_uri(uri: str) -> str:
+    """A sqlite URI with a relative path made absolute (against the current directory); others as given."""
+    path = sqlite_path(uri)
+    if path is None or path.is_absolute():
+        return uri
+    return f"sqlite:///{Path.cwd().resolve() / path}"
+
+
+def git_commit(cwd: Path | None = None) -> tuple[str, bool] | None:
+    """(commit sha, dirty?) of the git checkout around `cwd`, or None outside a repository."""
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10
+        )
+        if sha.returncode != 0:
+            return None
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return sha.stdout.strip(), bool(status.stdout.strip())
+
+
+def package_versions() -> dict[str, str]:
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+# -- the tracker ----------------------------------------------------------------------------------
+
+
+class MlflowTracker:
+    """One MLflow run per training run (see the module docstring for the call sequence)."""
+
+    def __init__(
+        self,
+        tracking_uri: str | None = None,
+        experiment: str = "tinykg",
+        run_name: str | None = None,
+        tags: Mapping[str, Any] | None = None,
+        parent_run_id: str | None = None,
+        experiment_id: str | None = None,
+    ) -> None:
+        self.tracking_uri = absolute_uri(tracking_uri or default_tracking_uri())
+        self.experiment = experiment
+        self.run_name = run_name
+        self.tags = {key: str(value) for key, value in (tags or {}).items()}
+        self.parent_run_id = parent_run_id
+        self.experiment_id = experiment_id
+        self.run_id: str | None = None
+        self._client = None
+
+    @property
+    def client(self):
+        if self._client is None:
+            from mlflow.tracking import MlflowClient
+
+            self._client = MlflowClient(tracking_uri=self.tracking_uri)
+        return self._client
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def start(self, config, run_dir: RunDir, device_label: str) -> None:
+        """Create the run (or reopen the one `run_dir` logged to, when resuming) and log params/tags."""
+        reopened = self._reopen(run_dir) if config.resume else None
+        if reopened is not None:
+            self.run_id = reopened
+            self.client.update_run(self.run_id, status="RUNNING")
+        else:
+            experiment_id = self.experiment_id or self._experiment_id()
+            self.experiment_id = experiment_id
+            run = self.client.create_run(
+                experiment_id,
+                run_name=self.run_name or f"{config.model}-int{config.bits}-seed{config.seed}",
+                tags=self._run_tags(config, device_label),
+            )
+            self.run_id = run.info.run_id
+            write_json_atomic(
+                run_dir.mlflow_run,
+                {
+                    "tracking_uri": self.tracking_uri,
+                    "run_id": self.run_id,
+                    "experiment_id": experiment_id,
+                },
+            )
+        self._log_params(config, skip_existing=reopened is not None)
+        if reopened is not None:
+            self.client.set_tag(self.run_id, "resumed", "true")
+
+    def log_epoch(self, epoch: int, metrics: Mapping[str, Any]) -> None:
+        from mlflow.entities import Metric
+
+        stamp = int(time.time() * 1000)
+        values = numeric_metrics({k: v for k, v in metrics.items() if k != "epoch"})
+        self.client.log_batch(
+            self._require_run(),
+            metrics=[Metric(key, value, stamp, int(epoch)) for key, value in values.items()],
+        )
+
+    def finish(self, result: Mapping[str, Any], run_dir: RunDir) -> None:
+        """Log the final (test) metrics and the run dir's artifacts; mark the run FINISHED."""
+        from mlflow.entities import Metric
+
+        run_id = self._require_run()
+        stamp = int(time.time() * 1000)
+        final = numeric_metrics(
+            {k: v for k, v in result.items() if k.startswith(("recall@", "ndcg@"))}, prefix="test_"
+        )
+        for key in (
+            "best_epoch",
+            "activation_bytes",
+            "peak_rss_bytes",
+            "cuda_max_memory_allocated",
+            "epochs_trained",
+        ):
+            if isinstance(result.get(key), (int, float)):
+                final[key] = float(result[key])
+        self.client.log_batch(run_id, metrics=[Metric(k, v, stamp, 0) for k, v in final.items()])
+        for path in (
+            run_dir.config,
+            run_dir.metrics,
+            run_dir.activation_table,
+            run_dir.activation_chart,
+        ):
+            if path.is_file():
+                self.client.log_artifact(run_id, str(path))
+        self.client.set_terminated(run_id, status="FINISHED")
+
+    def fail(self, status: str = "FAILED") -> None:
+        if self.run_id is not None:
+            self.client.set_terminated(self.run_id, status=status)
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _require_run(self) -> str:
+        if self.run_id is None:
+            raise RuntimeError("MlflowTracker.start() must be called before logging")
+        return self.run_id
+
+    def _experiment_id(self) -> str:
+        """The experiment's id, creating it (artifacts beside a sqlite database) when missing."""
+        from mlflow.exceptions import MlflowException
+
+        found = self.client.get_experiment_by_name(self.experiment)
+        if found is not None:
+            return found.experiment_id
+        db = sqlite_path(self.tracking_uri)
+        location = str(db.parent / "mlruns" / self.experiment) if db is not None else None
+        try:
+            return self.client.create_experiment(self.experiment, artifact_location=location)
+        except MlflowException:  # created meanwhile by another process (parallel trials)
+            found = self.client.get_experiment_by_name(self.experiment)
+            if found is None:
+                raise
+            return found.experiment_id
+
+    def _reopen(self, run_dir: RunDir) -> str | None:
+        """The run id recorded in `run_dir` if it lives in this tracker's store, else None."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            recorded = json.loads(run_dir.mlflow_run.read_text())
+        except (OSError, ValueError):
+            return None
+        if recorded.get("tracking_uri") != self.tracking_uri or not recorded.get("run_id"):
+            return None
+        try:
+            self.client.get_run(recorded["run_id"])
+        except MlflowException:
+            return None
+        return recorded["run_id"]
+
+    def _run_tags(self, config, device_label: str) -> dict[str, str]:
+        tags = {
+            "model": config.model,
+            "bits": str(config.bits),
+            "seed": str(config.seed),
+            "device": device_label,
+            "dataset": str(Path(config.data).resolve()) if config.data else "",
+            **{f"version.{name}": version for name, version in package_versions().items()},
+        }
+        commit = git_commit()
+        if commit is not None:
+            sha, dirty = commit
+            tags.update(
+                {
+                    "mlflow.source.git.commit": sha,
+                    "git_commit": sha,
+                    "git_dirty": str(dirty).lower(),
+                }
+            )
+        if self.parent_run_id:
+            tags["mlflow.parentRunId"] = self.parent_run_id
+        tags.update(self.tags)
+        return tags
+
+    def _log_params(self, config, skip_existing: bool) -> None:
+        from mlflow.entities import Param
+
+        params = flatten_params(config.to_dict())
+        if skip_existing:  # params are immutable in MLflow; a resumed run keeps its original ones
+            existing = self.client.get_run(self._require_run()).data.params
+            params = {k: v for k, v in params.items() if k not in existing}
+        items = [Param(k, v[:6000]) for k, v in params.items()]
+        for start in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
+            self.client.log_batch(self._require_run(), params=items[start : start + 100])
