@@ -26,7 +26,9 @@ def test_defaults_are_valid_and_round_trip():
     ],
 )
 def test_invalid_settings_raise_one_clear_line(override, message):
-    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(
+        ConfigError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")
+    ):
         TrainConfig(data="d").with_overrides(**override)
 
 
@@ -48,3 +50,47 @@ def test_yaml_errors_name_the_file(tmp_path):
         TrainConfig.from_yaml(unknown)
     with pytest.raises(ConfigError, match="not found"):
         TrainConfig.from_yaml(tmp_path / "missing.yaml")
+
+
+def test_values_are_coerced_to_the_field_types(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("lr: 1e-3\nepochs: 3.0\neval_ks: 50,20\ngroup_size: null\nout: runs/x\n")
+    config = TrainConfig.from_yaml(path)  # YAML 1.1 reads 1e-3 as a string
+    assert config.lr == 0.001 and isinstance(config.lr, float)
+    assert config.epochs == 3 and isinstance(config.epochs, int)
+    assert config.eval_ks == (20, 50) and config.group_size is None
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"epochs": "ten"}, "'epochs' needs an integer (got 'ten')"),
+        ({"epochs": 2.5}, "'epochs' needs an integer (got 2.5)"),
+        ({"bits": True}, "'bits' needs an integer (got True)"),
+        ({"lr": "fast"}, "'lr' needs a number (got 'fast')"),
+        ({"resume": "yes"}, "'resume' needs true or false"),
+        ({"extra": [1]}, "'extra' needs a mapping"),
+        ({"data": 3}, "'data' needs a string"),
+        ({"group_size": 0}, "'group_size' needs to be a positive integer or null"),
+    ],
+)
+def test_wrong_types_raise_one_clear_line(override, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        TrainConfig(data="d").with_overrides(**override)
+
+
+def test_yaml_that_is_not_a_mapping_and_an_empty_file(tmp_path):
+    listing = tmp_path / "list.yaml"
+    listing.write_text("- model\n- kgat\n")
+    with pytest.raises(ConfigError, match="expected a mapping of setting: value, got list"):
+        TrainConfig.from_yaml(listing)
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert TrainConfig.from_yaml(empty, {"data": "d"}) == TrainConfig(data="d")
+
+
+def test_bad_yaml_names_the_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: kgat\nbits: 2\nlr: [0.1\nepochs: 3\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml:\d+: not valid YAML"):
+        TrainConfig.from_yaml(bad)

@@ -25,8 +25,12 @@ def reference_metrics(ranking: list[int], relevant: set[int], k: int) -> tuple[f
     return found / len(relevant), dcg / ideal
 
 
-def hits_of(rankings: list[list[int]], relevant: list[set[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    hits = torch.tensor([[item in rel for item in ranking] for ranking, rel in zip(rankings, relevant)])
+def hits_of(
+    rankings: list[list[int]], relevant: list[set[int]]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    hits = torch.tensor(
+        [[item in rel for item in ranking] for ranking, rel in zip(rankings, relevant, strict=True)]
+    )
     return hits, torch.tensor([len(rel) for rel in relevant])
 
 
@@ -42,7 +46,7 @@ HAND_MADE = [
 
 @pytest.mark.parametrize("k", [1, 2, 3, 4, 6])
 def test_hand_made_rankings_agree_with_the_reference(k):
-    rankings, relevant = zip(*HAND_MADE)
+    rankings, relevant = zip(*HAND_MADE, strict=True)
     hits, n_relevant = hits_of(list(rankings), list(relevant))
     got = ranking_metrics(hits, n_relevant, [k])
     for user, (ranking, rel) in enumerate(HAND_MADE):
@@ -59,7 +63,9 @@ def test_known_values_by_hand():
     # DCG@4 = 1/log2(3) + 1/log2(5); IDCG@4 = 1 + 1/log2(3)
     expected = (1 / math.log2(3) + 1 / math.log2(5)) / (1 + 1 / math.log2(3))
     assert got["ndcg@4"].item() == pytest.approx(expected, rel=1e-13)
-    assert got["ndcg@2"].item() == pytest.approx((1 / math.log2(3)) / (1 + 1 / math.log2(3)), rel=1e-13)
+    assert got["ndcg@2"].item() == pytest.approx(
+        (1 / math.log2(3)) / (1 + 1 / math.log2(3)), rel=1e-13
+    )
 
 
 def test_perfect_ranking_scores_one_and_no_hit_scores_zero():
@@ -77,7 +83,9 @@ def test_random_rankings_agree_with_the_reference_for_many_k():
     rankings, relevant = [], []
     for _ in range(200):
         rankings.append(rng.permutation(n_items)[:length].tolist())
-        relevant.append(set(rng.choice(n_items, size=int(rng.integers(1, 25)), replace=False).tolist()))
+        relevant.append(
+            set(rng.choice(n_items, size=int(rng.integers(1, 25)), replace=False).tolist())
+        )
     hits, n_relevant = hits_of(rankings, relevant)
     got = ranking_metrics(hits, n_relevant, ks)
     assert set(got) == set(metric_names(ks))
@@ -95,8 +103,18 @@ def test_position_discounts():
 @pytest.mark.parametrize(
     ("hits", "n_relevant", "ks", "message"),
     [
-        (torch.zeros(2, 5, dtype=torch.bool), torch.tensor([1, 1]), [10], "fewer than the largest K=10"),
-        (torch.zeros(2, 5, dtype=torch.bool), torch.tensor([1, 0]), [5], "at least one relevant item"),
+        (
+            torch.zeros(2, 5, dtype=torch.bool),
+            torch.tensor([1, 1]),
+            [10],
+            "fewer than the largest K=10",
+        ),
+        (
+            torch.zeros(2, 5, dtype=torch.bool),
+            torch.tensor([1, 0]),
+            [5],
+            "at least one relevant item",
+        ),
         (torch.zeros(5, dtype=torch.bool), torch.tensor([1]), [5], "needs shape"),
         (torch.zeros(2, 5, dtype=torch.bool), torch.tensor([1, 1]), [0], "positive cut-offs"),
     ],

@@ -89,13 +89,17 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> Path:
     return write_atomic(path, lambda tmp: torch.save(payload, tmp))
 
 
-def load_checkpoint(path: Path, map_location: torch.device | str = "cpu") -> dict[str, Any]:
-    """Read a checkpoint with `weights_only=True`; an unreadable file is a TinyKGError naming it."""
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """Read a checkpoint with `weights_only=True`; an unreadable file is a TinyKGError naming it.
+
+    Everything is loaded onto the CPU: RNG states must stay CPU tensors, and `load_state_dict` of
+    the model and the optimizer copies weights onto the parameters' device.
+    """
     path = Path(path)
     if not path.is_file():
         raise TinyKGError(f"{path}: no checkpoint to resume from")
     try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except (RuntimeError, pickle.UnpicklingError, EOFError, zipfile.BadZipFile, OSError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise TinyKGError(

@@ -1,7 +1,9 @@
 """TrainConfig: every setting of one training run, from defaults, a YAML file and CLI overrides.
 
 One immutable dataclass shared by `pipelines.train`, the sweep trials and the models, so a run is fully
-described by `config.to_dict()` (logged to MLflow and stored in checkpoints).
+described by `config.to_dict()` (logged to MLflow and stored in checkpoints). Values are coerced to
+the field's type on construction (YAML reads `1e-3` as a string, a CLI gives "20,50" for `eval_ks`),
+then validated; anything wrong is a one-line `ConfigError` that says how to fix it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,16 @@ MODELS = ("kgat", "kgin", "kgcn", "lightgcn", "bprmf")
 BITS = (1, 2, 4, 8, 32)
 DEVICES = ("auto", "cpu", "cuda")
 SCHEMES = ("uniform", "normal")
+
+INT_FIELDS = frozenset(
+    {
+        "bits", "epochs", "seed", "batch_size", "kg_batch_size", "embed_dim", "n_layers",
+        "kg_neighbors", "n_intents", "eval_every", "eval_batch_users", "patience",
+    }
+)  # fmt: skip
+OPTIONAL_INT_FIELDS = frozenset({"group_size", "max_batches_per_epoch"})
+FLOAT_FIELDS = frozenset({"lr", "l2", "dropout"})
+STR_FIELDS = frozenset({"data", "model", "scheme", "device", "out"})
 
 
 @dataclass(frozen=True)
@@ -44,12 +56,14 @@ class TrainConfig:
     eval_ks: tuple[int, ...] = (20,)
     eval_every: int = 1
     eval_batch_users: int = 1024
-    patience: int = 5  # early stopping: epochs without a better valid Recall@20
+    patience: int = 5  # early stopping: evaluations without a better valid Recall@20
     max_batches_per_epoch: int | None = None  # cap for quick runs and tests
     resume: bool = False
     extra: dict[str, Any] = field(default_factory=dict)  # model-specific knobs, logged as params
 
     def __post_init__(self) -> None:
+        for name in self.field_names():
+            object.__setattr__(self, name, _coerce(name, getattr(self, name)))
         self.validate()
 
     def validate(self) -> None:
@@ -57,33 +71,38 @@ class TrainConfig:
         if self.model not in MODELS:
             raise ConfigError(f"unknown model {self.model!r}: choose one of {', '.join(MODELS)}")
         if self.bits not in BITS:
-            raise ConfigError(f"'bits' must be one of {', '.join(map(str, BITS))} (got {self.bits}); 32 means no compression")
+            raise ConfigError(
+                f"'bits' must be one of {', '.join(map(str, BITS))} (got {self.bits}); 32 means no compression"
+            )
         if self.scheme not in SCHEMES:
             raise ConfigError(f"'scheme' must be one of {', '.join(SCHEMES)} (got {self.scheme!r})")
         if self.device not in DEVICES:
             raise ConfigError(f"'device' must be one of {', '.join(DEVICES)} (got {self.device!r})")
-        positive = {
-            "epochs": self.epochs, "batch_size": self.batch_size, "kg_batch_size": self.kg_batch_size,
-            "embed_dim": self.embed_dim, "eval_every": self.eval_every, "eval_batch_users": self.eval_batch_users,
-            "patience": self.patience, "kg_neighbors": self.kg_neighbors, "n_intents": self.n_intents,
-        }
-        for name, value in positive.items():
-            if not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"'{name}' needs to be a positive integer (got {value!r})")
+        positive = (
+            "epochs", "batch_size", "kg_batch_size", "embed_dim", "eval_every",
+            "eval_batch_users", "patience", "kg_neighbors", "n_intents",
+        )  # fmt: skip
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ConfigError(
+                    f"'{name}' needs to be a positive integer (got {getattr(self, name)})"
+                )
         if self.n_layers < 0:
             raise ConfigError(f"'n_layers' needs to be >= 0 (got {self.n_layers})")
         if not self.lr > 0:
             raise ConfigError(f"'lr' needs to be > 0 (got {self.lr})")
-        if self.l2 < 0:
+        if not self.l2 >= 0:
             raise ConfigError(f"'l2' needs to be >= 0 (got {self.l2})")
         if not 0 <= self.dropout < 1:
             raise ConfigError(f"'dropout' needs to be in [0, 1) (got {self.dropout})")
-        if not self.eval_ks or any(k <= 0 for k in self.eval_ks):
-            raise ConfigError(f"'eval_ks' needs positive cut-offs, e.g. [20] (got {list(self.eval_ks)})")
-        if self.group_size is not None and self.group_size <= 0:
-            raise ConfigError(f"'group_size' needs to be a positive integer or null (got {self.group_size})")
-        if self.max_batches_per_epoch is not None and self.max_batches_per_epoch <= 0:
-            raise ConfigError(f"'max_batches_per_epoch' needs to be positive or null (got {self.max_batches_per_epoch})")
+        if not self.eval_ks or min(self.eval_ks) <= 0:
+            raise ConfigError(
+                f"'eval_ks' needs positive cut-offs, e.g. [20] (got {list(self.eval_ks)})"
+            )
+        for name in OPTIONAL_INT_FIELDS:
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ConfigError(f"'{name}' needs to be a positive integer or null (got {value})")
 
     # -- construction -------------------------------------------------------------------------
 
@@ -96,30 +115,15 @@ class TrainConfig:
         """Build from a plain dict, rejecting unknown keys with the list of valid ones."""
         unknown = sorted(set(values) - set(cls.field_names()))
         if unknown:
-            raise ConfigError(f"{source}: unknown setting(s) {', '.join(unknown)}; valid: {', '.join(cls.field_names())}")
-        values = dict(values)
-        if "eval_ks" in values:
-            ks = values["eval_ks"]
-            values["eval_ks"] = tuple(int(k) for k in (ks if isinstance(ks, (list, tuple)) else [ks]))
+            raise ConfigError(
+                f"{source}: unknown setting(s) {', '.join(unknown)}; valid: {', '.join(cls.field_names())}"
+            )
         return cls(**values)
 
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: dict[str, Any] | None = None) -> TrainConfig:
         """Read a YAML mapping of settings; `overrides` (e.g. from the command line) win."""
-        import yaml
-
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"{path}: config file not found")
-        try:
-            loaded = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            line = f":{mark.line + 1}" if mark is not None else ""
-            raise ConfigError(f"{path}{line}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: expected a mapping of setting: value, got {type(loaded).__name__}")
-        return cls.from_dict({**loaded, **(overrides or {})}, source=str(path))
+        return cls.from_dict({**read_yaml_mapping(path), **(overrides or {})}, source=str(path))
 
     def with_overrides(self, **overrides: Any) -> TrainConfig:
         """A copy with some settings changed (validated)."""
@@ -133,3 +137,78 @@ class TrainConfig:
     @property
     def compressed(self) -> bool:
         return self.bits != 32
+
+
+def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
+    """The `setting: value` mapping of a YAML file; errors name the file (and line for bad YAML)."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found")
+    try:
+        loaded = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path}{line}: not valid YAML ({problem})") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(
+            f"{path}: expected a mapping of setting: value, got {type(loaded).__name__}"
+        )
+    return loaded
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """`value` as the type of field `name`, or a ConfigError that names the field."""
+
+    def wrong(expected: str) -> ConfigError:
+        return ConfigError(f"'{name}' needs {expected} (got {value!r})")
+
+    if name in INT_FIELDS or (name in OPTIONAL_INT_FIELDS and value is not None):
+        return _as_int(value, wrong)
+    if name in FLOAT_FIELDS:
+        if isinstance(value, bool):
+            raise wrong("a number")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise wrong("a number") from None
+    if name in STR_FIELDS:
+        if not isinstance(value, (str, Path)):
+            raise wrong("a string")
+        return str(value)
+    if name == "resume":
+        if not isinstance(value, bool):
+            raise wrong("true or false")
+        return value
+    if name == "eval_ks":
+        items = value.split(",") if isinstance(value, str) else value
+        if isinstance(items, int):
+            items = [items]
+        if not isinstance(items, (list, tuple)):
+            raise wrong("a list of cut-offs like [20, 50]")
+        return tuple(sorted({_as_int(k, wrong) for k in items}))
+    if name == "extra":
+        if not isinstance(value, dict):
+            raise wrong("a mapping of model-specific settings")
+        return dict(value)
+    return value
+
+
+def _as_int(value: Any, wrong) -> int:
+    if isinstance(value, bool):
+        raise wrong("an integer")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            raise wrong("an integer") from None
+    raise wrong("an integer")

@@ -272,7 +272,7 @@ class MlflowTracker:
             "dataset": str(Path(config.data).resolve()) if config.data else "",
             **{f"version.{name}": version for name, version in package_versions().items()},
         }
-        commit = git_commit()
+        commit = git_commit(Path(__file__).resolve().parent)  # this checkout, wherever the cwd is
         if commit is not None:
             sha, dirty = commit
             tags.update(

@@ -1,0 +1,122 @@
+"""One training epoch: the CF phase (BPR), the KG phase for models that have one, and validation.
+
+Compressed activations (`bits` < 32) apply to every training step through
+`compress_saved_tensors`; the bytes one step holds for backward are measured on the first CF step of
+each epoch with an `ActivationMeter` entered inside the compression hooks (so it sees what is
+actually stored).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from tinykg_train.errors import TinyKGError
+from tinykg_train.session import Session
+
+
+def limit_batches(batches: Iterable, max_batches: int | None) -> Iterator:
+    """The first `max_batches` batches (all of them for None)."""
+    for index, batch in enumerate(batches):
+        if max_batches is not None and index >= max_batches:
+            return
+        yield batch
+
+
+def count_batches(batches: Any, max_batches: int | None) -> int:
+    return len(batches) if max_batches is None else min(len(batches), max_batches)
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued GPU work, so wall-clock timings cover it (no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run_phase(
+    session: Session, epoch: int, phase: str, batches: Any, loss_fn: Callable, measure: bool
+) -> tuple[float, int | None, dict[str, int]]:
+    """One pass of optimizer steps; returns (mean loss, activation bytes, bytes by module).
+
+    With `measure`, the first step's forward runs under an `ActivationMeter`: the bytes autograd holds
+    for backward in one real training step (after compression).
+    """
+    from tinykg_train.compress import ActivationMeter, compress_saved_tensors
+
+    config, model, optimizer = session.config, session.model, session.optimizer
+    total = torch.zeros((), dtype=torch.float64, device=session.device)
+    steps, activation_bytes, by_module = 0, None, {}
+    progress = tqdm(
+        limit_batches(batches.epoch(epoch), config.max_batches_per_epoch),
+        total=count_batches(batches, config.max_batches_per_epoch),
+        desc=f"epoch {epoch} {phase}",
+        leave=False,
+        disable=None,  # shown on a terminal, silent in logs and pipes
+    )
+    for batch in progress:
+        batch = [tensor.to(session.device, non_blocking=True) for tensor in batch]
+        optimizer.zero_grad(set_to_none=True)
+        compressing = (
+            compress_saved_tensors(session.compression)
+            if config.compressed
+            else contextlib.nullcontext()
+        )  # a fresh context per step: context managers are not reusable
+        with compressing:
+            if measure and steps == 0:
+                with ActivationMeter(model) as meter:
+                    loss = loss_fn(*batch)
+                activation_bytes, by_module = int(meter.total_bytes), dict(meter.by_module())
+            else:
+                loss = loss_fn(*batch)
+            loss.backward()
+        optimizer.step()
+        total += loss.detach()
+        steps += 1
+    mean = float(total) / max(steps, 1)
+    if not math.isfinite(mean):
+        raise TinyKGError(
+            f"{config.model}: {phase} loss became {mean} in epoch {epoch} (training diverged); lower --lr or raise --l2"
+        )
+    return mean, activation_bytes, by_module
+
+
+def train_epoch(session: Session, epoch: int) -> dict[str, Any]:
+    """CF phase (and KG phase) of one epoch; the history row without valid metrics."""
+    model = session.model
+    model.train()
+    synchronize(session.device)
+    start = time.perf_counter()
+    model.on_epoch_start(epoch)  # e.g. KGAT's attention refresh: part of the epoch's cost
+    cf_loss, activation_bytes, by_module = run_phase(
+        session, epoch, "cf", session.cf_batches, model.loss, measure=True
+    )
+    row: dict[str, Any] = {"epoch": epoch, "train_loss": cf_loss}
+    if session.kg_batches is not None:
+        row["kg_loss"], _, _ = run_phase(
+            session, epoch, "kg", session.kg_batches, model.kg_loss, measure=False
+        )
+    synchronize(session.device)
+    row["epoch_seconds"] = time.perf_counter() - start
+    row["activation_bytes"] = activation_bytes
+    session.state.activation_by_module = by_module
+    return row
+
+
+def evaluate_epoch(session: Session, epoch: int, row: dict[str, Any]) -> None:
+    """Rank the valid split when due (every `eval_every` epochs and at the last epoch)."""
+    config = session.config
+    due = (epoch + 1) % config.eval_every == 0 or epoch + 1 == config.epochs
+    row["evaluated"] = due
+    if not due:
+        return
+    start = time.perf_counter()
+    valid = session.evaluator.evaluate(session.model, "valid")
+    row["eval_seconds"] = time.perf_counter() - start
+    row.update(valid)
+    row["improved"] = session.state.observe(epoch, valid, session.model, config.patience)

@@ -1,0 +1,153 @@
+"""Opening a run: check every input first, then build the model, optimizer and batches.
+
+`open_session` writes nothing: a missing dataset, a run dir that holds another run's checkpoint, a
+checkpoint whose settings differ from this run's all raise before any file or MLflow run exists.
+`save_session`/`restore` move a session's whole state (weights, optimizer, RNG states, progress)
+through a `weights_only=True` checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from tinykg_train.checkpoint import (
+    capture_rng_state,
+    load_checkpoint,
+    restore_rng_state,
+    save_checkpoint,
+    seed_everything,
+)
+from tinykg_train.config import TrainConfig
+from tinykg_train.errors import ConfigError, TinyKGError
+from tinykg_train.evaluate import RankingEvaluator
+from tinykg_train.run_dir import RunDir
+from tinykg_train.training_state import TrainingState
+
+# build_model(name, dataset, config) -> Recommender (see tinykg_train.models)
+ModelBuilder = Callable[[str, Any, TrainConfig], Any]
+
+# Settings a resumed run may change without invalidating the checkpoint.
+RESUMABLE_CHANGES = frozenset({"resume", "epochs", "device", "out", "data", "eval_batch_users"})
+
+
+@dataclass
+class Session:
+    """Everything a run works with, built once by `open_session`."""
+
+    config: TrainConfig
+    run: RunDir
+    device: torch.device
+    dataset: Any
+    model: Any
+    optimizer: torch.optim.Optimizer
+    cf_batches: Any
+    kg_batches: Any | None
+    evaluator: RankingEvaluator
+    compression: Any
+    state: TrainingState
+    resumed_at: int | None = None
+
+
+def evaluation_ks(config: TrainConfig) -> tuple[int, ...]:
+    """The cut-offs evaluated: the configured ones plus 20 (early stopping and the contract need it)."""
+    return tuple(sorted({20, *config.eval_ks}))
+
+
+def check_run_dir(config: TrainConfig) -> RunDir:
+    """The run dir; refuse to overwrite an earlier run's checkpoint unless resuming."""
+    run = RunDir(config.out)
+    if run.path.exists() and not run.path.is_dir():
+        raise ConfigError(f"--out {run.path} is a file, not a directory; choose another --out")
+    if run.checkpoint.exists() and not config.resume:
+        raise ConfigError(
+            f"{run.path} already holds a checkpoint of an earlier run: pass --resume to continue it or choose another --out"
+        )
+    return run
+
+
+def check_resumable(checkpoint: dict[str, Any], config: TrainConfig, dataset, path) -> None:
+    """Refuse a checkpoint written with other settings or another dataset (one line, how to fix)."""
+    saved, current = checkpoint["config"], config.to_dict()
+    changed = sorted(
+        k for k in current if k not in RESUMABLE_CHANGES and saved.get(k) != current[k]
+    )
+    if changed:
+        details = ", ".join(f"{k}: {saved.get(k)!r} -> {current[k]!r}" for k in changed)
+        raise ConfigError(
+            f"{path}: cannot resume with changed settings ({details}); use the original settings or another --out"
+        )
+    if checkpoint["dataset_fingerprint"] != dataset.fingerprint:
+        raise TinyKGError(
+            f"{path}: the dataset at {dataset.path} changed since this run started; resume with the original data or use another --out"
+        )
+
+
+def open_session(
+    config: TrainConfig, device: torch.device, model_builder: ModelBuilder | None = None
+) -> Session:
+    """Check the inputs, build model/optimizer/batches/evaluator, and restore the checkpoint when
+    resuming. Writes nothing."""
+    from kg_data import BPRBatches, KGBatches, KGDataset
+    from tinykg_train.compress import CompressionConfig
+
+    if not config.data:
+        raise ConfigError("no dataset given: pass --data DIR (a dir written by pipelines.ingest)")
+    run = check_run_dir(config)
+    dataset = KGDataset.open(config.data)
+    checkpoint = None
+    if config.resume and run.checkpoint.exists():
+        checkpoint = load_checkpoint(run.checkpoint)
+        check_resumable(checkpoint, config, dataset, run.checkpoint)
+    if model_builder is None:
+        from tinykg_train.models import build_model as model_builder
+
+    seed_everything(config.seed)
+    model = model_builder(config.model, dataset, config).to(device)
+    session = Session(
+        config=config,
+        run=run,
+        device=device,
+        dataset=dataset,
+        model=model,
+        optimizer=torch.optim.Adam(model.parameters(), lr=config.lr),
+        cf_batches=BPRBatches(dataset, config.batch_size, config.seed),
+        kg_batches=KGBatches(dataset, config.kg_batch_size, config.seed)
+        if model.has_kg_phase
+        else None,
+        evaluator=RankingEvaluator(dataset, evaluation_ks(config), config.eval_batch_users, device),
+        compression=CompressionConfig(
+            bits=config.bits, group_size=config.group_size, scheme=config.scheme
+        ),
+        state=TrainingState(),
+    )
+    if checkpoint is not None:
+        restore(session, checkpoint)
+    return session
+
+
+def restore(session: Session, checkpoint: dict[str, Any]) -> None:
+    """Put a checkpoint's weights, optimizer state, progress and RNG states into the session."""
+    session.model.load_state_dict(checkpoint["model"])
+    session.optimizer.load_state_dict(checkpoint["optimizer"])
+    session.state = TrainingState.from_dict(checkpoint["state"])
+    restore_rng_state(checkpoint["rng"])
+    session.resumed_at = session.state.next_epoch
+
+
+def save_session(session: Session) -> None:
+    """Checkpoint the session after a finished epoch (atomic: a kill keeps the previous one)."""
+    save_checkpoint(
+        session.run.checkpoint,
+        {
+            "model": session.model.state_dict(),
+            "optimizer": session.optimizer.state_dict(),
+            "state": session.state.to_dict(),
+            "rng": capture_rng_state(),
+            "config": session.config.to_dict(),
+            "dataset_fingerprint": session.dataset.fingerprint,
+        },
+    )

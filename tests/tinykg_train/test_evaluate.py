@@ -1,0 +1,155 @@
+"""Full-ranking evaluation against hand-computed values and a slow pure-Python reference."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from kg_data import KGDataset, ingest
+from tinykg_train.evaluate import RankingEvaluator, UserItems
+
+
+class FixedScorer(torch.nn.Module):
+    """A Recommender whose scores are a given [n_users, n_items] matrix."""
+
+    def __init__(self, scores: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("scores", scores)
+        self.prepared = 0
+
+    def prepare_scoring(self) -> None:
+        self.prepared += 1
+
+    def score_users(self, users: torch.Tensor) -> torch.Tensor:
+        return self.scores[users]
+
+
+def reference_evaluate(dataset: KGDataset, scores: np.ndarray, split: str, ks) -> dict[str, float]:
+    """Per user, straight from the definitions: sort every unmasked item, count and discount hits."""
+    masked_splits = ["train"] if split == "valid" else ["train", "valid"]
+    known: dict[int, set[int]] = {}
+    for name in masked_splits:
+        for user, item in dataset.pairs(name).tolist():
+            known.setdefault(user, set()).add(item)
+    held_out: dict[int, set[int]] = {}
+    for user, item in dataset.pairs(split).tolist():
+        held_out.setdefault(user, set()).add(item)
+    sums = {f"{m}@{k}": 0.0 for k in ks for m in ("recall", "ndcg")}
+    counted = 0
+    for user in sorted(held_out):
+        relevant = held_out[user] - known.get(user, set())
+        if not relevant:
+            continue
+        candidates = [i for i in range(scores.shape[1]) if i not in known.get(user, set())]
+        ranking = sorted(candidates, key=lambda i: -scores[user, i])
+        for k in ks:
+            top = ranking[:k]
+            dcg = sum(1 / math.log2(p + 2) for p, item in enumerate(top) if item in relevant)
+            ideal = sum(1 / math.log2(p + 2) for p in range(min(len(relevant), k)))
+            sums[f"recall@{k}"] += sum(item in relevant for item in top) / len(relevant)
+            sums[f"ndcg@{k}"] += dcg / ideal
+        counted += 1
+    return {name: total / counted for name, total in sums.items()}
+
+
+@pytest.fixture(scope="module")
+def hand_dataset(tmp_path_factory) -> KGDataset:
+    """4 users, 8 items. User 2 has no valid item, user 3 no test item."""
+    raw = tmp_path_factory.mktemp("hand_raw")
+    (raw / "train.txt").write_text("0 0 1 2\n1 3 4\n2 5\n3 0 6\n")
+    (raw / "valid.txt").write_text("0 3\n1 5\n3 1\n")
+    (raw / "test.txt").write_text("0 4\n1 6\n2 7\n")
+    (raw / "kg_final.txt").write_text("0 0 8\n1 0 9\n7 1 8\n")
+    out = tmp_path_factory.mktemp("hand_ds") / "ds"
+    return KGDataset.open(ingest(raw, out, progress=False).path)
+
+
+def hand_scores() -> torch.Tensor:
+    descending = torch.arange(8, 0, -1, dtype=torch.float32)  # item 0 first
+    ascending = torch.arange(8, dtype=torch.float32)  # item 7 first
+    return torch.stack([descending, ascending, descending, descending])
+
+
+def test_hand_made_valid_ranking_masks_train_items(hand_dataset):
+    evaluator = RankingEvaluator(hand_dataset, ks=[1, 3])
+    model = FixedScorer(hand_scores())
+    got = evaluator.evaluate(model, "valid")
+    # user 0: train {0,1,2} masked -> ranking 3,4,.. and valid item 3 is first
+    # user 1: train {3,4} masked -> ranking 7,6,5,.. and valid item 5 is third
+    # user 2: no valid item (skipped); user 3: train {0,6} masked -> valid item 1 first
+    assert got["recall@1"] == pytest.approx(2 / 3)
+    assert got["recall@3"] == pytest.approx(1.0)
+    assert got["ndcg@1"] == pytest.approx(2 / 3)
+    assert got["ndcg@3"] == pytest.approx((1 + 1 / math.log2(4) + 1) / 3)
+    assert model.prepared == 1
+
+
+def test_hand_made_test_ranking_masks_train_and_valid_items(hand_dataset):
+    evaluator = RankingEvaluator(hand_dataset, ks=[1, 20])  # K above n_items = 8
+    got = evaluator.evaluate(FixedScorer(hand_scores()), "test")
+    # user 0: {0,1,2,3} masked -> test item 4 first; user 1: {3,4,5} masked -> 7,6: item 6 second
+    # user 2: {5} masked -> 0,1,2,3,4,6,7: test item 7 seventh; user 3: no test item (skipped)
+    assert got["recall@1"] == pytest.approx(1 / 3)
+    assert got["recall@20"] == pytest.approx(1.0)
+    assert got["ndcg@20"] == pytest.approx((1 + 1 / math.log2(3) + 1 / math.log2(8)) / 3)
+
+
+def test_users_without_held_out_items_are_skipped(hand_dataset):
+    evaluator = RankingEvaluator(hand_dataset)
+    assert evaluator.users("valid").tolist() == [0, 1, 3]
+    assert evaluator.users("test").tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize("split", ["valid", "test"])
+@pytest.mark.parametrize("batch_users", [7, 1000])
+def test_random_scores_agree_with_the_reference(tiny_dataset_dir: Path, split, batch_users):
+    dataset = KGDataset.open(tiny_dataset_dir)
+    generator = torch.Generator().manual_seed(3)
+    scores = torch.rand(dataset.n_users, dataset.n_items, generator=generator)  # no ties
+    ks = [1, 5, 20, 50]
+    got = RankingEvaluator(dataset, ks, batch_users=batch_users).evaluate(
+        FixedScorer(scores), split
+    )
+    expected = reference_evaluate(dataset, scores.double().numpy(), split, ks)
+    assert got.keys() == expected.keys()
+    for name, value in expected.items():
+        assert got[name] == pytest.approx(value, rel=1e-9), name
+
+
+def test_scoring_the_known_items_high_does_not_help(tiny_dataset_dir: Path):
+    """A model that puts every training item on top gains nothing: those items are masked."""
+    dataset = KGDataset.open(tiny_dataset_dir)
+    scores = torch.rand(
+        dataset.n_users, dataset.n_items, generator=torch.Generator().manual_seed(1)
+    )
+    boosted = scores.clone()
+    users, items = torch.from_numpy(dataset.pairs("train")).T
+    boosted[users, items] += 10.0
+    evaluator = RankingEvaluator(dataset, [20])
+    assert evaluator.evaluate(FixedScorer(boosted), "valid") == evaluator.evaluate(
+        FixedScorer(scores), "valid"
+    )
+
+
+def test_evaluation_restores_the_training_mode_and_checks_shapes(hand_dataset):
+    evaluator = RankingEvaluator(hand_dataset, [20])
+    model = FixedScorer(hand_scores())
+    model.train()
+    evaluator.evaluate(model, "valid")
+    assert model.training
+    with pytest.raises(ValueError, match="score_users returned shape"):
+        evaluator.evaluate(FixedScorer(hand_scores()[:, :5]), "valid")
+    with pytest.raises(ValueError, match="'split' needs to be one of valid, test"):
+        evaluator.evaluate(model, "train")
+
+
+def test_user_items_gather():
+    pairs = np.array([[2, 5], [0, 1], [2, 7], [0, 3]])
+    table = UserItems.from_pairs(pairs, n_users=4)
+    assert table.counts().tolist() == [2, 0, 2, 0]
+    rows, items = table.gather(np.array([2, 1, 0]))
+    assert list(zip(rows.tolist(), items.tolist(), strict=True)) == [(0, 5), (0, 7), (2, 1), (2, 3)]
