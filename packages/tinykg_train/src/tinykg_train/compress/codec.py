@@ -1,0 +1,117 @@
+"""Compress one float activation per a `CompressionConfig`, and restore it for backward.
+
+The quantizer itself is `tinykg_kernels` (Triton on CUDA, torch elsewhere); this module decides what
+to compress and how it is grouped (`CompressionConfig.group_for`), optionally projects linear inputs
+first (EXACT), and wraps the result so it can travel through `ctx.save_for_backward` as plain tensors
+(`parts()` / `rebuild(meta, parts)`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from tinykg_train.compress import stack
+from tinykg_train.compress.config import CompressionConfig
+
+
+def _kernels() -> Any:
+    import tinykg_kernels
+
+    return tinykg_kernels
+
+
+@dataclass(frozen=True)
+class Projection:
+    """A linear input stored as `project(x, ratio, seed)`: `dim` columns before projection."""
+
+    dim: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class Compressed:
+    """A float tensor stored quantized (after a random projection when `projection` is set)."""
+
+    quantized: Any  # tinykg_kernels.QuantizedTensor
+    projection: Projection | None = None
+
+    def decode(self) -> torch.Tensor:
+        kernels = _kernels()
+        values = kernels.dequantize(self.quantized)
+        if self.projection is not None:
+            values = kernels.unproject(values, self.projection.dim, self.projection.seed)
+        return values
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.quantized.nbytes)
+
+    def parts(self) -> tuple[torch.Tensor, ...]:
+        return tuple(self.quantized.tensors())
+
+    def meta(self) -> tuple[Any, Projection | None]:
+        return (self.quantized.meta, self.projection)
+
+    @classmethod
+    def rebuild(
+        cls, meta: tuple[Any, Projection | None], parts: tuple[torch.Tensor, ...]
+    ) -> Compressed:
+        quantized_meta, projection = meta
+        return cls(_kernels().QuantizedTensor.from_tensors(quantized_meta, parts), projection)
+
+
+def worth_compressing(tensor: torch.Tensor, config: CompressionConfig) -> bool:
+    """A float tensor of at least `min_numel` elements, with compression on."""
+    return (
+        config.enabled and tensor.is_floating_point() and tensor.numel() >= max(config.min_numel, 1)
+    )
+
+
+def _random_seed() -> int:
+    # From torch's default generator, so `torch.manual_seed` makes runs reproducible.
+    return int(torch.randint(0, 2**31 - 1, (), dtype=torch.int64))
+
+
+def _compress(tensor: torch.Tensor, config: CompressionConfig, project: bool) -> Compressed:
+    kernels = _kernels()
+    projection = None
+    values = tensor.detach()
+    if project and config.projection_ratio is not None and values.dim() >= 1:
+        dim = values.shape[-1]
+        if math.ceil(config.projection_ratio * dim) < dim:
+            projection = Projection(dim, _random_seed())
+            values = kernels.project(values, config.projection_ratio, projection.seed)
+    quantized = kernels.quantize(
+        values,
+        bits=config.bits,
+        group_size=config.group_for(tuple(values.shape)),
+        stochastic=True,
+        seed=None,
+        scheme=config.scheme,
+    )
+    return Compressed(quantized, projection)
+
+
+def compress(
+    tensor: torch.Tensor | None, config: CompressionConfig, *, project: bool = False
+) -> torch.Tensor | Compressed | None:
+    """`tensor` compressed per `config`, or the tensor itself when it is not worth compressing.
+
+    `project=True` (linear inputs) applies the config's random projection first. Inside a
+    `compress_saved_tensors` or `ActivationMeter` block the same tensor version is compressed once,
+    however many ops save it.
+    """
+    if tensor is None or not worth_compressing(tensor, config):
+        return tensor
+    return stack.cached(
+        ("compress", config, project), tensor, lambda t: _compress(t, config, project)
+    )
+
+
+def decompress(item: torch.Tensor | Compressed | None) -> torch.Tensor | None:
+    """The tensor `compress` stored (dequantized, and unprojected when it was projected)."""
+    return item if item is None or isinstance(item, torch.Tensor) else item.decode()

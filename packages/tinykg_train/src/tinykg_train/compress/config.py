@@ -1,0 +1,87 @@
+"""CompressionConfig: how the activations autograd saves for backward are stored.
+
+An immutable value passed explicitly to every op (`config=`) and to `compress_saved_tensors`; there is
+no global setting. `bits=32` means no compression: every op is then the plain torch op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tinykg_train.errors import ConfigError
+
+BITS = (1, 2, 4, 8, 32)
+SCHEMES = ("uniform", "normal")
+
+# Tensors smaller than this are kept as they are: their codes would save little and the scales and
+# the kernel launch would cost more than they save.
+DEFAULT_MIN_NUMEL = 256
+
+# Blocks used for tensors that have no useful rows (1-D per-edge weights, rows shorter than
+# MIN_ROW_GROUP): one outlier then spoils only its block of 256, not the whole tensor.
+DEFAULT_BLOCK_SIZE = 256
+MIN_ROW_GROUP = 32
+
+
+@dataclass(frozen=True)
+class CompressionConfig:
+    """Bit width and grouping of saved activations.
+
+    - `bits`: 1, 2, 4 or 8 (stochastic rounding, unbiased), or 32 for no compression.
+    - `group_size`: None = one scale per row for 2-D and larger activations (blocks of
+      `DEFAULT_BLOCK_SIZE` for 1-D tensors and rows shorter than `MIN_ROW_GROUP`); an integer =
+      blocks of that many contiguous elements for every tensor.
+    - `scheme`: "uniform" levels, or "normal" (2 bits only in the kernels' Gaussian-fitted levels).
+    - `projection_ratio`: if set (0 < r < 1), linear layers save a random projection of their input
+      to `ceil(r * in_features)` columns before quantizing (EXACT); the gradient stays unbiased.
+    - `min_numel`: tensors with fewer elements are saved as they are.
+    """
+
+    bits: int = 32
+    group_size: int | None = None
+    scheme: str = "uniform"
+    projection_ratio: float | None = None
+    min_numel: int = DEFAULT_MIN_NUMEL
+
+    def __post_init__(self) -> None:
+        if self.bits not in BITS:
+            raise ConfigError(
+                f"'bits' must be one of {', '.join(map(str, BITS))} (got {self.bits!r}); 32 means no compression"
+            )
+        if self.group_size is not None and (
+            isinstance(self.group_size, bool)
+            or not isinstance(self.group_size, int)
+            or self.group_size <= 0
+        ):
+            raise ConfigError(
+                f"'group_size' needs to be a positive integer or None (got {self.group_size!r})"
+            )
+        if self.scheme not in SCHEMES:
+            raise ConfigError(f"'scheme' must be one of {', '.join(SCHEMES)} (got {self.scheme!r})")
+        if self.scheme == "normal" and self.bits not in (2, 32):
+            raise ConfigError(
+                f"scheme 'normal' has 2-bit levels only (got bits={self.bits}): use bits=2 or scheme 'uniform'"
+            )
+        if self.projection_ratio is not None and not 0 < self.projection_ratio < 1:
+            raise ConfigError(
+                f"'projection_ratio' needs to be in (0, 1) or None (got {self.projection_ratio!r})"
+            )
+        if (
+            isinstance(self.min_numel, bool)
+            or not isinstance(self.min_numel, int)
+            or self.min_numel < 0
+        ):
+            raise ConfigError(f"'min_numel' needs to be an integer >= 0 (got {self.min_numel!r})")
+
+    @property
+    def enabled(self) -> bool:
+        """True when saved activations are compressed (bits < 32)."""
+        return self.bits < 32
+
+    def group_for(self, shape: tuple[int, ...]) -> int | None:
+        """The kernels' `group_size` for a tensor of this shape (None = one group per row)."""
+        if self.group_size is not None:
+            return self.group_size
+        if len(shape) >= 2 and shape[-1] >= MIN_ROW_GROUP:
+            return None
+        return DEFAULT_BLOCK_SIZE

@@ -1,0 +1,77 @@
+"""`relu`, `leaky_relu`, `dropout` saving 1-bit packed masks (with `config.bits < 32`).
+
+The backward of each needs only where the input was positive (ReLU, LeakyReLU) or which elements
+were kept (dropout): one bit per element instead of the 32 of the saved activation (ReLU) or the 8 of
+a bool mask (dropout). The dropout mask is exactly the forward's: the forward is `torch.native_dropout`,
+the op `F.dropout` runs, which returns its mask.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from tinykg_train.compress.config import CompressionConfig
+from tinykg_train.compress.masks import PackedMask
+from tinykg_train.compress.saving import apply_compressed, load, save
+
+
+class MaskedReLU(torch.autograd.Function):
+    """ReLU (negative_slope 0) and LeakyReLU: grad * (1 where x > 0 else negative_slope)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, negative_slope: float) -> torch.Tensor:
+        out = F.relu(x) if negative_slope == 0 else F.leaky_relu(x, negative_slope)
+        save(ctx, PackedMask.pack(x > 0))
+        ctx.negative_slope = negative_slope
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        (positive,) = load(ctx)
+        if ctx.negative_slope == 0:
+            return grad * positive, None
+        return torch.where(positive, grad, grad * ctx.negative_slope), None
+
+
+class MaskedDropout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, p: float) -> torch.Tensor:
+        out, keep = torch.native_dropout(x, p, True)
+        save(ctx, PackedMask.pack(keep))
+        ctx.scale = 1.0 / (1.0 - p) if p < 1 else 0.0
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        (keep,) = load(ctx)
+        return torch.native_dropout_backward(grad, keep, ctx.scale), None
+
+
+def relu(x: torch.Tensor, *, config: CompressionConfig) -> torch.Tensor:
+    """`F.relu(x)`; with `config.bits < 32` saves a 1-bit mask of x > 0."""
+    if not config.enabled:
+        return F.relu(x)
+    return apply_compressed(MaskedReLU, x, 0.0)
+
+
+def leaky_relu(
+    x: torch.Tensor, negative_slope: float = 0.01, *, config: CompressionConfig
+) -> torch.Tensor:
+    """`F.leaky_relu(x, negative_slope)`; with `config.bits < 32` saves a 1-bit mask of x > 0."""
+    if not config.enabled:
+        return F.leaky_relu(x, negative_slope)
+    return apply_compressed(MaskedReLU, x, float(negative_slope))
+
+
+def dropout(
+    x: torch.Tensor, p: float, training: bool, *, config: CompressionConfig
+) -> torch.Tensor:
+    """`F.dropout(x, p, training)`; with `config.bits < 32` saves the keep mask at 1 bit."""
+    if not 0 <= p <= 1:
+        raise ValueError(f"dropout probability 'p' needs to be in [0, 1] (got {p})")
+    if not config.enabled or not training or p == 0:
+        return F.dropout(x, p, training)
+    return apply_compressed(MaskedDropout, x, float(p))

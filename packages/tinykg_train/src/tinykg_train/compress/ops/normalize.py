@@ -1,0 +1,47 @@
+"""`l2_normalize`: x / max(||x||, eps) along `dim` (exactly `F.normalize`), saving the output.
+
+Saves y = x / n (compressed with `config.bits < 32`) and the norms (one float per row, kept exact:
+the gradient divides by them). Gradient: (g - y * sum(g * y)) / n where ||x|| >= eps, g / eps where
+the norm was clamped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from tinykg_train.compress.codec import compress
+from tinykg_train.compress.config import CompressionConfig
+from tinykg_train.compress.saving import apply_compressed, load, save
+
+
+class L2Normalize(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx: Any, x: torch.Tensor, dim: int, eps: float, config: CompressionConfig
+    ) -> torch.Tensor:
+        out = F.normalize(x, p=2.0, dim=dim, eps=eps)
+        norm = x.norm(p=2, dim=dim, keepdim=True)
+        save(ctx, compress(out, config), norm)
+        ctx.dim, ctx.eps = dim, eps
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        out, norm = load(ctx)
+        unclamped = norm >= ctx.eps
+        denom = norm.clamp_min(ctx.eps)
+        radial = out * (grad * out).sum(dim=ctx.dim, keepdim=True)
+        grad_x = (grad - radial * unclamped) / denom
+        return grad_x, None, None, None
+
+
+def l2_normalize(
+    x: torch.Tensor, dim: int = -1, eps: float = 1e-12, *, config: CompressionConfig
+) -> torch.Tensor:
+    """`F.normalize(x, p=2, dim=dim, eps=eps)`; with `config.bits < 32` the output is saved compressed."""
+    if not config.enabled:
+        return F.normalize(x, p=2.0, dim=dim, eps=eps)
+    return apply_compressed(L2Normalize, x, dim, eps, config)

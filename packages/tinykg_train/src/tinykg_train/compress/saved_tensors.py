@@ -1,0 +1,67 @@
+"""`compress_saved_tensors`: compress whatever autograd saves, for any model (GACT-style).
+
+Inside the block, every tensor autograd saves for backward is stored per the config: float tensors of
+at least `min_numel` elements quantized (`codec.compress`), bool tensors bit-packed, integer tensors
+kept; parameters and module buffers are kept as they are (they persist anyway, so a compressed copy
+would only add memory and error). A tensor saved twice is stored once. Tensors that the ops of
+`tinykg_train.compress.ops` already compressed pass through.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from tinykg_train.compress import stack
+from tinykg_train.compress.codec import compress, worth_compressing
+from tinykg_train.compress.config import CompressionConfig
+from tinykg_train.compress.masks import PackedMask
+
+
+class Compressor(stack.SavedTensorLayer):
+    """The encoding layer of `compress_saved_tensors`."""
+
+    def __init__(self, config: CompressionConfig) -> None:
+        self.config = config
+        self.encodes = config.enabled
+
+    def encode(self, tensor: torch.Tensor) -> Any:
+        if tensor.layout != torch.strided:
+            return tensor
+        if tensor.dtype == torch.bool:
+            if tensor.numel() < max(self.config.min_numel, 1):
+                return tensor
+            return stack.cached("mask", tensor, PackedMask.pack)
+        if worth_compressing(tensor, self.config):
+            return compress(tensor, self.config)
+        return tensor
+
+
+def _register_module_tensors(module: torch.nn.Module, args: Any) -> None:
+    """Forward pre-hook: the parameters and buffers of every module that runs are persistent."""
+    stack.add_persistent(
+        t for t in (*module._parameters.values(), *module._buffers.values()) if t is not None
+    )
+
+
+@contextlib.contextmanager
+def compress_saved_tensors(
+    config: CompressionConfig, model: torch.nn.Module | None = None
+) -> Iterator[None]:
+    """Store the tensors autograd saves in this block compressed per `config`.
+
+    `model` (optional) names the persistent tensors up front; without it, the parameters and
+    buffers of every module called inside the block are recognised as they run. A plain tensor
+    attribute that is neither (a graph kept outside any module) is treated as an activation.
+    With `config.bits == 32` nothing is compressed (an `ActivationMeter` inside still counts).
+    """
+    persistent = stack.model_storages(model) if model is not None else set()
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(_register_module_tensors)
+    try:
+        with stack.pushed(Compressor(config), persistent):
+            yield
+    finally:
+        handle.remove()

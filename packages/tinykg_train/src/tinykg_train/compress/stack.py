@@ -1,0 +1,162 @@
+"""One stack of saved-tensor layers behind a single pair of autograd hooks.
+
+PyTorch applies only the innermost `torch.autograd.graph.saved_tensors_hooks`, so a compressor and a
+meter that each installed their own hooks would hide each other. Instead each context pushes a
+*layer* onto a per-thread stack and installs the same `pack`/`unpack` pair, which consults the whole
+stack whichever context is innermost:
+
+1. the innermost *encoding* layer (a `compress_saved_tensors` context) turns the tensor into what is
+   stored, unless the tensor is persistent (a parameter or module buffer), or it comes from an op of
+   `tinykg_train.compress.ops` that already compressed what it saves (`precompressed()`);
+2. every *observing* layer (an `ActivationMeter`) then sees the original and the stored value.
+
+So compression always happens before observation, whichever way the contexts are nested. Layers also
+register persistent storages (parameters and buffers of known models), shared by the whole stack.
+
+While any layer is active the stack offers a *scope cache* (`cached`): a value derived from a tensor
+(its compressed form, an int32 copy of an index) is made once per tensor version and reused, which is
+how a tensor saved twice is stored once. Entries hold a weak reference to the source tensor and are
+valid only while it lives (a freed tensor's address may be reused by another).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import torch
+
+StorageKey = tuple[str, int]
+
+
+class SavedTensorLayer:
+    """Base of the stack's layers; override `encode` (compressors) or `observe` (meters)."""
+
+    encodes = False
+
+    def encode(self, tensor: torch.Tensor) -> Any:
+        """What to store for `tensor` (a tensor, or an object with `decode()`)."""
+        return tensor
+
+    def observe(self, tensor: torch.Tensor, stored: Any) -> None:
+        """Called for every tensor autograd saves, with what is stored for it."""
+
+
+class _State(threading.local):
+    def __init__(self) -> None:
+        self.layers: list[SavedTensorLayer] = []
+        self.persistent: list[set[StorageKey]] = []
+        self.precompressed = 0
+        self.cache: dict[tuple, tuple[weakref.ref, Any]] = {}
+
+
+_state = _State()
+
+
+def storage_key(tensor: torch.Tensor) -> StorageKey | None:
+    """(device, address) of the tensor's storage; None for tensors without one (sparse, meta)."""
+    if tensor.layout != torch.strided or tensor.device.type == "meta":
+        return None
+    return (str(tensor.device), tensor.untyped_storage().data_ptr())
+
+
+def tensor_key(tensor: torch.Tensor) -> tuple | None:
+    """Identity of a tensor's values: its storage, view geometry, dtype and in-place version."""
+    storage = storage_key(tensor)
+    if storage is None:
+        return None
+    return (
+        storage,
+        tensor.storage_offset(),
+        tuple(tensor.shape),
+        tuple(tensor.stride()),
+        tensor.dtype,
+        tensor._version,
+    )
+
+
+def persistent_storages(tensors: Iterable[torch.Tensor]) -> set[StorageKey]:
+    keys = (storage_key(t) for t in tensors)
+    return {key for key in keys if key is not None and key[1] != 0}
+
+
+def model_storages(model: torch.nn.Module) -> set[StorageKey]:
+    """Storages of a model's parameters and buffers: persistent, never compressed or counted."""
+    return persistent_storages([*model.parameters(), *model.buffers()])
+
+
+def is_persistent(tensor: torch.Tensor) -> bool:
+    """A parameter, or a view of a registered parameter or buffer storage."""
+    if isinstance(tensor, torch.nn.Parameter):
+        return True
+    key = storage_key(tensor)
+    return key is not None and any(key in keys for keys in _state.persistent)
+
+
+def active() -> bool:
+    """True while some layer (compressor or meter) is on this thread's stack."""
+    return bool(_state.layers)
+
+
+def cached(kind: Any, tensor: torch.Tensor, make: Callable[[torch.Tensor], Any]) -> Any:
+    """`make(tensor)`, computed once per (kind, tensor version) while a layer is active."""
+    key = tensor_key(tensor) if _state.layers else None
+    if key is None:
+        return make(tensor)
+    full_key = (kind, key)
+    entry = _state.cache.get(full_key)
+    if entry is not None and entry[0]() is not None:
+        return entry[1]
+    value = make(tensor)
+    _state.cache[full_key] = (weakref.ref(tensor), value)
+    return value
+
+
+@contextlib.contextmanager
+def precompressed() -> Iterator[None]:
+    """Mark tensors saved in this block as already compressed by an op: store them as they are."""
+    _state.precompressed += 1
+    try:
+        yield
+    finally:
+        _state.precompressed -= 1
+
+
+def _pack(tensor: torch.Tensor) -> Any:
+    stored: Any = tensor
+    if not _state.precompressed and not is_persistent(tensor):
+        encoder = next((layer for layer in reversed(_state.layers) if layer.encodes), None)
+        if encoder is not None:
+            stored = encoder.encode(tensor)
+    for layer in _state.layers:
+        layer.observe(tensor, stored)
+    return stored
+
+
+def _unpack(stored: Any) -> torch.Tensor:
+    return stored if isinstance(stored, torch.Tensor) else stored.decode()
+
+
+@contextlib.contextmanager
+def pushed(layer: SavedTensorLayer, persistent: set[StorageKey] | None = None) -> Iterator[None]:
+    """Run the block with `layer` on the stack (and the shared hooks installed)."""
+    state = _state
+    state.layers.append(layer)
+    state.persistent.append(persistent or set())
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(_pack, _unpack):
+            yield
+    finally:
+        state.layers.pop()
+        state.persistent.pop()
+        if not state.layers:
+            state.cache.clear()
+
+
+def add_persistent(tensors: Iterable[torch.Tensor]) -> None:
+    """Register more persistent storages with the innermost layer (e.g. buffers of a module now running)."""
+    if _state.persistent:
+        _state.persistent[-1].update(persistent_storages(tensors))
