@@ -1,6 +1,23 @@
 """tinykg_kernels: quantize saved activations to 1/2/4/8-bit packed codes and back.
 
 Standalone: depends on torch only (Triton optional, used for CUDA tensors).
+
+    from tinykg_kernels import quantize, dequantize
+    q = quantize(x, bits=2)          # unbiased stochastic rounding, one group per row
+    x_hat = dequantize(q)            # same shape and dtype; q.nbytes is what it costs to keep
 """
 
+from tinykg_kernels.api import QuantizedMeta, QuantizedTensor, dequantize, quantize
+from tinykg_kernels.dispatch import BACKEND_ENV, WITH_TRITON
+
 __version__ = "0.1.0"
+
+__all__ = [
+    "BACKEND_ENV",
+    "WITH_TRITON",
+    "QuantizedMeta",
+    "QuantizedTensor",
+    "__version__",
+    "dequantize",
+    "quantize",
+]
