@@ -20,11 +20,13 @@ import json
 import os
 import subprocess
 import time
+import warnings
 from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Protocol
 
+from tinykg_train.errors import TinyKGError
 from tinykg_train.run_dir import RunDir, write_json_atomic
 
 PACKAGES = ("tinykg-train", "tinykg-kernels", "kg-data", "torch", "triton")
@@ -154,7 +156,22 @@ class MlflowTracker:
     # -- lifecycle ---------------------------------------------------------------------------------
 
     def start(self, config, run_dir: RunDir, device_label: str) -> None:
-        """Create the run (or reopen the one `run_dir` logged to, when resuming) and log params/tags."""
+        """Create the run (or reopen the one `run_dir` logged to, when resuming) and log params/tags.
+
+        A store that cannot be opened is a TinyKGError (one line: the URI and how to fix it).
+        """
+        from mlflow.exceptions import MlflowException
+        from sqlalchemy.exc import SQLAlchemyError
+
+        try:
+            self._start(config, run_dir, device_label)
+        except (MlflowException, SQLAlchemyError, OSError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise TinyKGError(
+                f"MLflow store {self.tracking_uri}: {first}; fix --tracking-uri / MLFLOW_TRACKING_URI or pass --no-mlflow"
+            ) from None
+
+    def _start(self, config, run_dir: RunDir, device_label: str) -> None:
         reopened = self._reopen(run_dir) if config.resume else None
         if reopened is not None:
             self.run_id = reopened
@@ -220,8 +237,13 @@ class MlflowTracker:
         self.client.set_terminated(run_id, status="FINISHED")
 
     def fail(self, status: str = "FAILED") -> None:
-        if self.run_id is not None:
+        """Mark the run FAILED (or KILLED); never raises, so the training's own error propagates."""
+        if self.run_id is None:
+            return
+        try:
             self.client.set_terminated(self.run_id, status=status)
+        except Exception as exc:  # the store itself may be what failed
+            warnings.warn(f"could not mark MLflow run {self.run_id} {status}: {exc}", stacklevel=2)
 
     # -- internals ---------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ the uninterrupted run's numbers exactly on CPU.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from typing import Any
 
@@ -147,10 +148,16 @@ def train(
     device_label = describe_device(device)
     reset_cuda_peak(device)
     session = open_session(config, device, model_builder)
-    run = session.run.create()
-    write_yaml_atomic(run.config, config.to_dict())
+    run, fresh = session.run, not session.run.path.exists()
+    run.create()
     if tracker is not None:
-        tracker.start(config, run, device_label)
+        try:
+            tracker.start(config, run, device_label)
+        except BaseException:
+            if fresh:  # leave nothing behind for a store that could not be opened
+                shutil.rmtree(run.path, ignore_errors=True)
+            raise
+    write_yaml_atomic(run.config, config.to_dict())
     try:
         fit(session, tracker, on_epoch)
         result = finish(session, device_label)

@@ -1,0 +1,224 @@
+"""python -m pipelines.train --data DIR --model kgat --bits 2 --epochs N --seed S --out RUN_DIR
+
+Trains one KG recommender with activations compressed to `--bits` for backward (32 = none), writes
+RUN_DIR/metrics.json and a checkpoint per epoch, and logs the run to MLflow. Settings come from the
+defaults, then `--config FILE.yaml`, then the command line; with `--resume` the run dir's own
+config.yaml comes first. Bad input prints one line and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from pipelines._cli import run_cli
+
+# (flag, TrainConfig field, metavar, help). Values are parsed by TrainConfig, so a wrong one is a
+# one-line error naming the setting.
+SETTINGS: dict[str, list[tuple[str, str, str, str]]] = {
+    "run": [
+        ("--data", "data", "DIR", "dataset dir written by `python -m pipelines.ingest`"),
+        ("--out", "out", "RUN_DIR", "run dir for metrics.json, checkpoint.pt, config.yaml"),
+        ("--model", "model", "NAME", "kgat, kgin, kgcn, lightgcn or bprmf"),
+        ("--epochs", "epochs", "N", "epochs to train, at most"),
+        ("--seed", "seed", "S", "seed of weights, batches, negatives and noise"),
+        ("--device", "device", "auto|cpu|cuda", "auto = the GPU when torch sees one"),
+    ],
+    "compression": [
+        ("--bits", "bits", "B", "bits per saved activation: 1, 2, 4, 8, or 32 = uncompressed"),
+        ("--group-size", "group_size", "G", "elements per quantization group"),
+        ("--scheme", "scheme", "NAME", "quantization grid: uniform or normal"),
+    ],
+    "optimization": [
+        ("--lr", "lr", "LR", "Adam learning rate"),
+        ("--l2", "l2", "W", "L2 weight on the embeddings a batch touches"),
+        ("--batch-size", "batch_size", "N", "training pairs per CF step"),
+        ("--kg-batch-size", "kg_batch_size", "N", "triples per KG step, KGAT"),
+        ("--max-batches-per-epoch", "max_batches_per_epoch", "N", "cap the steps per phase, for quick runs"),
+        ("--patience", "patience", "N", "stop after N evaluations without a better valid Recall@20"),
+    ],
+    "model": [
+        ("--embed-dim", "embed_dim", "D", "embedding size"),
+        ("--layers", "n_layers", "L", "propagation layers / hops"),
+        ("--dropout", "dropout", "P", "message dropout"),
+        ("--kg-neighbors", "kg_neighbors", "K", "KGCN: sampled neighbors per entity"),
+        ("--intents", "n_intents", "N", "KGIN: user intents"),
+    ],
+    "evaluation": [
+        ("--eval-ks", "eval_ks", "K,K", "cut-offs for Recall@K / NDCG@K, e.g. 20,50 (20 is always added)"),
+        ("--eval-every", "eval_every", "N", "rank the valid split every N epochs"),
+        ("--eval-batch-users", "eval_batch_users", "N", "users scored at once when ranking"),
+    ],
+}  # fmt: skip
+
+
+def show_default(field: str, defaults: dict[str, Any]) -> str:
+    """A TrainConfig default as --help shows it."""
+    value = defaults[field]
+    if value is None:
+        return {"group_size": "one group per row", "max_batches_per_epoch": "all"}.get(
+            field, "none"
+        )
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from tinykg_train.config import TrainConfig
+
+    parser = argparse.ArgumentParser(
+        prog="python -m pipelines.train",
+        description=(
+            "Train a knowledge-graph recommender with compressed activations. Writes RUN_DIR/"
+            "metrics.json (test Recall/NDCG of the best valid epoch, activation bytes, epoch "
+            "seconds), a checkpoint after every epoch, and an MLflow run."
+        ),
+        epilog=(
+            "Settings: defaults < --config FILE.yaml < command line (with --resume, the run dir's "
+            "config.yaml first). Example: python -m pipelines.train --data data/lfm1m --model kgat "
+            "--bits 2 --epochs 10 --seed 0 --out runs/kgat-int2"
+        ),
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FILE.yaml",
+        help="YAML mapping of settings (field names as in config.yaml)",
+    )
+    defaults = TrainConfig().to_dict()
+    for group_name, rows in SETTINGS.items():
+        group = parser.add_argument_group(group_name)
+        for flag, field, metavar, text in rows:
+            text = text if field == "data" else f"{text} (default: {show_default(field, defaults)})"
+            group.add_argument(
+                flag, dest=field, metavar=metavar, help=text, default=argparse.SUPPRESS
+            )
+    group = parser.add_argument_group("run control")
+    group.add_argument(
+        "--resume",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="continue the run in --out from its last checkpoint (same settings; --epochs may grow)",
+    )
+    group.add_argument(
+        "--set",
+        dest="extra",
+        action="append",
+        metavar="KEY=VALUE",
+        default=[],
+        help="a model-specific setting for `extra` (repeatable; VALUE read as YAML)",
+    )
+    group = parser.add_argument_group("tracking")
+    group.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
+    group.add_argument(
+        "--tracking-uri",
+        metavar="URI",
+        help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in the cwd)",
+    )
+    group.add_argument(
+        "--experiment", default="tinykg", metavar="NAME", help="MLflow experiment (default tinykg)"
+    )
+    group.add_argument(
+        "--run-name", metavar="NAME", help="MLflow run name (default MODEL-intBITS-seedS)"
+    )
+    return parser
+
+
+def parse_extra(pairs: Sequence[str]) -> dict[str, Any]:
+    """`--set key=value` pairs; values read as YAML scalars (`0.5` is a float, `true` a bool)."""
+    import yaml
+
+    from tinykg_train.errors import ConfigError
+
+    extra: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set needs KEY=VALUE (got {pair!r})")
+        try:
+            extra[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise ConfigError(f"--set {key}: {value!r} is not a valid value") from None
+    return extra
+
+
+def load_config(args: argparse.Namespace):
+    """The run's TrainConfig: defaults < saved config.yaml (--resume) < --config < flags."""
+    from tinykg_train.config import TrainConfig, read_yaml_mapping
+    from tinykg_train.run_dir import RunDir
+
+    flags = {
+        field: value
+        for field, value in vars(args).items()
+        if field in TrainConfig.field_names() and field != "extra"
+    }
+    values: dict[str, Any] = {}
+    if flags.get("resume"):
+        saved = RunDir(flags.get("out") or TrainConfig.out).config
+        if saved.is_file():
+            values.update(read_yaml_mapping(saved))
+    source = "command line"
+    if args.config:
+        values.update(read_yaml_mapping(args.config))
+        source = args.config
+    values.update(flags)
+    extra = parse_extra(args.extra)
+    if extra:
+        values["extra"] = {**(values.get("extra") or {}), **extra}
+    return TrainConfig.from_dict(values, source=source)
+
+
+def make_tracker(args: argparse.Namespace):
+    if args.no_mlflow:
+        return None
+    from tinykg_train.tracking import MlflowTracker
+
+    return MlflowTracker(
+        tracking_uri=args.tracking_uri, experiment=args.experiment, run_name=args.run_name
+    )
+
+
+def result_table(result: dict[str, Any]) -> str:
+    """The end-of-run summary: what was trained and how it scored on the test split."""
+    seconds = result["epoch_seconds"]
+    activation = result["activation_bytes"]
+    rows: list[tuple[str, str]] = [
+        ("model", f"{result['model']} int{result['bits']} seed {result['seed']}"),
+        ("device", result["device"]),
+        ("epochs", f"{result['epochs_trained']} (best {result['best_epoch']})"),
+        *(
+            (f"test {name}", f"{value:.4f}")
+            for name, value in result.items()
+            if name.startswith(("recall@", "ndcg@"))
+        ),
+        ("activation MiB", f"{activation / 2**20:.2f}" if activation is not None else "n/a"),
+        ("epoch seconds", f"{sum(seconds) / len(seconds):.2f} mean" if seconds else "n/a"),
+        ("peak RSS MiB", f"{result['peak_rss_bytes'] / 2**20:.0f}"),
+    ]
+    if result.get("cuda_max_memory_allocated") is not None:
+        rows.append(("CUDA peak MiB", f"{result['cuda_max_memory_allocated'] / 2**20:.0f}"))
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from tinykg_train.run_dir import RunDir
+    from tinykg_train.trainer import train
+
+    config = load_config(args)
+    tracker = make_tracker(args)
+    result = train(config, tracker=tracker)
+    if result["resumed_at_epoch"] is not None:
+        print(f"resumed at epoch {result['resumed_at_epoch']}")
+    print(result_table(result))
+    print(f"metrics: {RunDir(config.out).metrics}")
+    if tracker is not None:
+        print(
+            f"mlflow:  run {tracker.run_id} in experiment {tracker.experiment!r} at {tracker.tracking_uri}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))
