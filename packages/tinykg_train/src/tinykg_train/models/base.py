@@ -1,0 +1,149 @@
+"""The `Recommender` contract every model follows, and the base of the full-graph embedding models.
+
+The trainer calls exactly: `has_kg_phase`, `on_epoch_start(epoch)`, `loss(users, pos_items,
+neg_items)`, `kg_loss(heads, relations, tails, neg_tails)` (when `has_kg_phase`),
+`prepare_scoring()` and `score_users(users)`. Every model builds its forward from
+`tinykg_train.compress.ops` with `self.compression`, so the run's bit width applies throughout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+
+from tinykg_train.compress import CompressionConfig, ops
+from tinykg_train.errors import ConfigError, TinyKGError
+from tinykg_train.models.losses import bpr_loss, l2_penalty
+
+
+class Recommender(nn.Module):
+    """A KG recommender: BPR loss on (user, positive, negative) batches, scores against all items.
+
+    Subclasses implement `loss` and `score_users`; they may cache what scoring needs in
+    `prepare_scoring` (called in eval mode under `no_grad` before each evaluation). The cache is
+    dropped whenever the model goes back to training mode, so stale scores are never served.
+    """
+
+    #: Whether the trainer runs a second (KG) phase each epoch with `kg_loss`.
+    has_kg_phase: bool = False
+    #: Model-specific knobs read from `config.extra`, with their defaults.
+    EXTRA_DEFAULTS: dict[str, Any] = {}
+
+    def __init__(self, dataset, config) -> None:
+        super().__init__()
+        self.n_users = int(dataset.n_users)
+        self.n_items = int(dataset.n_items)
+        self.n_entities = int(dataset.n_entities)
+        self.embed_dim = int(config.embed_dim)
+        self.l2 = float(config.l2)
+        self.dropout = float(config.dropout)
+        self.compression = CompressionConfig(
+            bits=config.bits, group_size=config.group_size, scheme=config.scheme
+        )
+        self.extra = self.read_extra(config.extra)
+
+    @classmethod
+    def read_extra(cls, extra: dict[str, Any]) -> dict[str, Any]:
+        """This model's knobs: `EXTRA_DEFAULTS` updated by the known keys of `config.extra`."""
+        return {**cls.EXTRA_DEFAULTS, **{k: v for k, v in extra.items() if k in cls.EXTRA_DEFAULTS}}
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    def on_epoch_start(self, epoch: int) -> None:
+        """Called by the trainer before each epoch's first step (KGAT refreshes its attention)."""
+
+    def loss(self, users: torch.Tensor, pos_items: torch.Tensor, neg_items: torch.Tensor):
+        """BPR loss of one batch plus `l2` times the L2 penalty on the embeddings it touches."""
+        raise NotImplementedError
+
+    def kg_loss(self, heads, relations, tails, neg_tails) -> torch.Tensor:
+        """The KG phase's loss; only models with `has_kg_phase` have one."""
+        raise TinyKGError(f"{type(self).__name__} has no KG phase (has_kg_phase is False)")
+
+    def prepare_scoring(self) -> None:
+        """Compute once what `score_users` needs (the trainer calls it in eval mode, no grad)."""
+
+    def score_users(self, users: torch.Tensor) -> torch.Tensor:
+        """Scores `[len(users), n_items]` of the given users against every item."""
+        raise NotImplementedError
+
+    def train(self, mode: bool = True) -> Recommender:
+        if mode:
+            self.clear_scoring_cache()
+        return super().train(mode)
+
+    def clear_scoring_cache(self) -> None:
+        """Forget what `prepare_scoring` computed (the weights are about to change)."""
+
+    @contextmanager
+    def evaluating(self) -> Iterator[None]:
+        """Eval mode (no dropout) for a while, then the previous mode, keeping the scoring cache."""
+        was_training = self.training
+        nn.Module.train(self, False)
+        try:
+            yield
+        finally:
+            nn.Module.train(self, was_training)
+
+
+class EmbeddingRecommender(Recommender):
+    """A model whose forward yields one final vector per user and per item; score = dot product.
+
+    Subclasses implement `propagate()` -> (user vectors [n_users, D], item vectors [n_items, D])
+    and `ego_embeddings(users, items...)` (the layer-0 rows the L2 penalty applies to); they may add
+    a term with `extra_loss()` (KGIN's intent independence).
+    """
+
+    def __init__(self, dataset, config) -> None:
+        super().__init__(dataset, config)
+        self._scoring: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def propagate(self) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def ego_embeddings(
+        self, users: torch.Tensor, pos_items: torch.Tensor, neg_items: torch.Tensor
+    ) -> list[torch.Tensor]:
+        raise NotImplementedError
+
+    def extra_loss(self) -> torch.Tensor | None:
+        return None
+
+    def loss(self, users: torch.Tensor, pos_items: torch.Tensor, neg_items: torch.Tensor):
+        user_vectors, item_vectors = self.propagate()
+        config = self.compression
+        u = ops.embedding(user_vectors, users, config=config)
+        pos = ops.embedding(item_vectors, pos_items, config=config)
+        neg = ops.embedding(item_vectors, neg_items, config=config)
+        loss = bpr_loss(u, pos, neg, config=config)
+        if self.l2 > 0:
+            loss = loss + self.l2 * l2_penalty(self.ego_embeddings(users, pos_items, neg_items))
+        extra = self.extra_loss()
+        return loss if extra is None else loss + extra
+
+    @torch.no_grad()
+    def prepare_scoring(self) -> None:
+        with self.evaluating():
+            self._scoring = self.propagate()
+
+    def clear_scoring_cache(self) -> None:
+        self._scoring = None
+
+    @torch.no_grad()
+    def score_users(self, users: torch.Tensor) -> torch.Tensor:
+        if self._scoring is None:
+            self.prepare_scoring()
+        user_vectors, item_vectors = self._scoring
+        return user_vectors.index_select(0, users.to(user_vectors.device)) @ item_vectors.T
+
+
+def check_positive(name: str, value: Any, model: str) -> None:
+    """Raise a one-line ConfigError unless `value` is a positive number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ConfigError(f"'{name}' needs to be a positive number for {model} (got {value!r})")

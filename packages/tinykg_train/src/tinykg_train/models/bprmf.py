@@ -1,0 +1,26 @@
+"""BPR-MF (Rendle et al., UAI 2009): one vector per user and per item, score = dot product."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from tinykg_train.models.base import EmbeddingRecommender
+
+
+class BPRMF(EmbeddingRecommender):
+    """Matrix factorisation trained with the BPR loss; the baseline KG models must beat."""
+
+    def __init__(self, dataset, config) -> None:
+        super().__init__(dataset, config)
+        self.user_embedding = nn.Parameter(torch.empty(self.n_users, self.embed_dim))
+        self.item_embedding = nn.Parameter(torch.empty(self.n_items, self.embed_dim))
+        for weight in (self.user_embedding, self.item_embedding):
+            nn.init.normal_(weight, std=0.1)
+
+    def propagate(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.user_embedding, self.item_embedding
+
+    def ego_embeddings(self, users, pos_items, neg_items) -> list[torch.Tensor]:
+        items = self.item_embedding.index_select(0, torch.cat([pos_items, neg_items]))
+        return [self.user_embedding.index_select(0, users), *items.chunk(2)]

@@ -1,0 +1,178 @@
+"""KGAT (Wang et al., KDD 2019): attentive embedding propagation over the collaborative KG.
+
+Two phases per epoch, as in the original code:
+- KG phase (`kg_loss`): TransR on (h, r, t) against a corrupted triple. Like the original, which
+  trains TransR on every CKG triple, each KG batch is joined by its inverse triples and by as many
+  sampled user-item triples (relations 0 and 1): every relation the attention uses gets trained.
+- CF phase (`loss`): `n_layers` bi-interaction layers over the whole CKG, attention-weighted; the
+  L2-normalised layer outputs are concatenated; BPR on the concatenation.
+The attention pi(h, r, t) = (W_r e_t)^T tanh(W_r e_h + e_r), softmax over each head's neighbors, is
+computed without gradient and kept in a buffer; it is refreshed at each epoch start and before
+scoring (the original refreshes it after each epoch's training, then evaluates).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from tinykg_train.compress import ops
+from tinykg_train.errors import ConfigError
+from tinykg_train.models.base import EmbeddingRecommender
+from tinykg_train.models.graphs import FIRST_KG_RELATION, INTERACT, ckg_edges, sort_by_relation
+from tinykg_train.models.layers import BiInteractionLayer, xavier_parameter
+from tinykg_train.models.losses import l2_penalty
+
+#: Edges scored at a time when refreshing the attention (bounds its memory to ~2^18 x dim floats).
+ATTENTION_CHUNK = 1 << 18
+
+
+def default_layer_dims(embed_dim: int, n_layers: int) -> list[int]:
+    """The paper's shrinking layers (64 -> 64, 32, 16): halve per layer, at least 8."""
+    return [max(embed_dim >> layer, 8) for layer in range(n_layers)]
+
+
+class KGAT(EmbeddingRecommender):
+    """Knowledge Graph Attention Network; knobs in `config.extra`: `layer_dims`, `relation_dim`,
+    `negative_slope` (LeakyReLU of the aggregator)."""
+
+    has_kg_phase = True
+    EXTRA_DEFAULTS = {"layer_dims": None, "relation_dim": None, "negative_slope": 0.2}
+
+    def __init__(self, dataset, config) -> None:
+        super().__init__(dataset, config)
+        edges = ckg_edges(dataset)
+        self.num_nodes = edges.num_nodes
+        self.n_kg_relations = int(dataset.n_relations)
+        self.num_relations = FIRST_KG_RELATION + 2 * self.n_kg_relations
+        dim = self.embed_dim
+        relation_dim = int(self.extra["relation_dim"] or dim)
+        layer_dims = self.extra["layer_dims"] or default_layer_dims(dim, config.n_layers)
+        if len(layer_dims) != config.n_layers or any(int(d) <= 0 for d in layer_dims):
+            raise ConfigError(
+                f"KGAT 'layer_dims' needs {config.n_layers} positive sizes, one per layer (got {layer_dims!r})"
+            )
+
+        self.node_embedding = xavier_parameter(self.num_nodes, dim)
+        self.relation_embedding = xavier_parameter(self.num_relations, relation_dim)
+        self.transfer = nn.Parameter(torch.empty(self.num_relations, dim, relation_dim))
+        for matrix in self.transfer.data:
+            nn.init.xavier_uniform_(matrix)
+        sizes = [dim, *map(int, layer_dims)]
+        self.layers = nn.ModuleList(
+            BiInteractionLayer(
+                sizes[i], sizes[i + 1], self.dropout, self.extra["negative_slope"], self.compression
+            )
+            for i in range(len(layer_dims))
+        )
+
+        self.register_buffer("edge_index", edges.edge_index)
+        self.register_buffer("edge_relation", edges.relation)
+        order, counts = sort_by_relation(edges.relation, self.num_relations)
+        self.register_buffer("edges_by_relation", order, persistent=False)
+        self.relation_edge_counts = counts
+        interact_start = sum(counts[:INTERACT])
+        self.register_buffer(
+            "interaction_edges",
+            order[interact_start : interact_start + counts[INTERACT]].clone(),
+            persistent=False,
+        )
+        self.register_buffer("attention", torch.empty(edges.num_edges), persistent=False)
+        self.refresh_attention()
+
+    # -- attention ---------------------------------------------------------------------------------
+
+    def on_epoch_start(self, epoch: int) -> None:
+        self.refresh_attention()
+
+    @torch.no_grad()
+    def refresh_attention(self) -> None:
+        """pi(h, r, t) for every edge from the current weights, softmax-normalised per head `h`."""
+        embedding = self.node_embedding.detach()
+        scores = torch.empty_like(self.attention)
+        start = 0
+        for relation, count in enumerate(self.relation_edge_counts):
+            edge_ids = self.edges_by_relation[start : start + count]
+            start += count
+            if count == 0:
+                continue
+            transfer, relation_vector = self.transfer[relation], self.relation_embedding[relation]
+            # Project every node once when the relation touches many of them, else only its ends.
+            projected = embedding @ transfer if 2 * count > self.num_nodes else None
+            for chunk in edge_ids.split(ATTENTION_CHUNK):
+                tails, heads = self.edge_index[0, chunk], self.edge_index[1, chunk]
+                if projected is not None:
+                    head_vectors, tail_vectors = projected[heads], projected[tails]
+                else:
+                    head_vectors, tail_vectors = (
+                        embedding[heads] @ transfer,
+                        embedding[tails] @ transfer,
+                    )
+                scores[chunk] = (tail_vectors * torch.tanh(head_vectors + relation_vector)).sum(-1)
+        self.attention.copy_(
+            ops.edge_softmax(scores, self.edge_index[1], self.num_nodes, config=self.compression)
+        )
+
+    # -- CF phase ----------------------------------------------------------------------------------
+
+    def propagate(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Concatenated layer outputs `[e_0, norm(e_1), ...]` of users and items."""
+        x = self.node_embedding
+        outputs = [x]
+        for layer in self.layers:
+            x, normalized = layer(x, self.edge_index, self.attention, self.num_nodes)
+            outputs.append(normalized)
+        final = torch.cat(outputs, dim=1)
+        return final[self.n_entities :], final[: self.n_items]
+
+    def ego_embeddings(self, users, pos_items, neg_items) -> list[torch.Tensor]:
+        nodes = torch.cat([users + self.n_entities, pos_items, neg_items])
+        return list(self.node_embedding.index_select(0, nodes).chunk(3))
+
+    # -- KG phase ----------------------------------------------------------------------------------
+
+    def kg_loss(self, heads, relations, tails, neg_tails) -> torch.Tensor:
+        """TransR loss: -log sigmoid(f(corrupted) - f(true)), f = ||W_r e_h + e_r - W_r e_t||^2."""
+        R = self.n_kg_relations
+        kg_relation = relations + FIRST_KG_RELATION
+        users, items, neg_items = self.sample_interactions(len(heads))
+        # (head, relation, tail, corrupted head, corrupted tail) per family of triples.
+        pos_h = torch.cat([heads, tails, users, items])
+        rel = torch.cat(
+            [kg_relation, kg_relation + R, torch.zeros_like(users), torch.ones_like(users)]
+        )
+        pos_t = torch.cat([tails, heads, items, users])
+        neg_h = torch.cat([heads, neg_tails, users, neg_items])
+        neg_t = torch.cat([neg_tails, heads, neg_items, users])
+        projected = self.project(torch.stack([pos_h, pos_t, neg_h, neg_t]), rel)
+        relation_vectors = self.relation_embedding.index_select(0, rel)
+        ph, pt, nh, nt = projected
+        pos_score = (ph + relation_vectors - pt).pow(2).sum(-1)
+        neg_score = (nh + relation_vectors - nt).pow(2).sum(-1)
+        loss = nn.functional.softplus(pos_score - neg_score).mean()
+        if self.l2 > 0:
+            loss = loss + self.l2 * l2_penalty([ph, relation_vectors, pt, nt])
+        return loss
+
+    def sample_interactions(self, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`n` random train (user node, item) pairs and a uniformly drawn negative item each."""
+        device = self.interaction_edges.device
+        picked = self.interaction_edges[
+            torch.randint(len(self.interaction_edges), (n,), device=device)
+        ]
+        users, items = self.edge_index[1, picked], self.edge_index[0, picked]
+        return users, items, torch.randint(self.n_items, (n,), device=device)
+
+    def project(self, nodes: torch.Tensor, relation: torch.Tensor) -> torch.Tensor:
+        """`W_r e_node` for nodes `[k, n]` whose column j goes with relation[j]: `[k, n, rel_dim]`."""
+        order, counts = sort_by_relation(relation, self.num_relations)
+        sorted_nodes = nodes[:, order]
+        pieces = []
+        for rel, block in enumerate(sorted_nodes.split(counts, dim=1)):
+            if block.shape[1] == 0:
+                continue
+            vectors = self.node_embedding.index_select(0, block.reshape(-1))
+            projected = ops.linear(vectors, self.transfer[rel].T, config=self.compression)
+            pieces.append(projected.view(block.shape[0], block.shape[1], -1))
+        out = torch.cat(pieces, dim=1)
+        return out.index_select(1, torch.argsort(order))

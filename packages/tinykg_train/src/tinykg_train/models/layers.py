@@ -1,0 +1,148 @@
+"""Graph layers shared by the models, built from `tinykg_train.compress.ops`.
+
+Each layer is its own module so `ActivationMeter.by_module()` reports the memory of every layer
+(`layers.0`, `layers.1`, ...). Graph tensors are owned by the model (as buffers) and passed in.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from tinykg_train.compress import CompressionConfig, ops
+
+
+def xavier_parameter(*shape: int) -> nn.Parameter:
+    """A parameter of the given shape, Xavier-uniform initialised (the KGAT/KGIN choice)."""
+    weight = torch.empty(*shape)
+    nn.init.xavier_uniform_(weight)
+    return nn.Parameter(weight)
+
+
+def xavier_linear(in_dim: int, out_dim: int) -> nn.Linear:
+    linear = nn.Linear(in_dim, out_dim)
+    nn.init.xavier_uniform_(linear.weight)
+    nn.init.zeros_(linear.bias)
+    return linear
+
+
+class LinearPropagation(nn.Module):
+    """One LightGCN round: `x <- A_hat x` (no weights, no nonlinearity)."""
+
+    def __init__(self, compression: CompressionConfig) -> None:
+        super().__init__()
+        self.compression = compression
+
+    def forward(self, x, edge_index, edge_weight, num_nodes: int) -> torch.Tensor:
+        return ops.spmm(edge_index, x, num_nodes, edge_weight, config=self.compression)
+
+
+class BiInteractionLayer(nn.Module):
+    """One KGAT layer: attentive propagation, then the bi-interaction aggregator, message dropout.
+
+    `e_N = sum_t pi(h, r, t) e_t`, then `LeakyReLU(W1 (e_h + e_N)) + LeakyReLU(W2 (e_h * e_N))`
+    (Wang et al. 2019, eq. 4 and 8). Returns the output and its L2-normalised copy (the part of
+    the final representation this layer contributes).
+    """
+
+    def __init__(
+        self,
+        in_dim: int,
+        out_dim: int,
+        dropout: float,
+        negative_slope: float,
+        compression: CompressionConfig,
+    ) -> None:
+        super().__init__()
+        self.sum_linear = xavier_linear(in_dim, out_dim)
+        self.product_linear = xavier_linear(in_dim, out_dim)
+        self.dropout = dropout
+        self.negative_slope = negative_slope
+        self.compression = compression
+
+    def forward(
+        self, ego, edge_index, attention, num_nodes: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        c, slope = self.compression, self.negative_slope
+        neighbors = ops.spmm(edge_index, ego, num_nodes, attention, config=c)
+        summed = ops.linear(ego + neighbors, self.sum_linear.weight, self.sum_linear.bias, config=c)
+        product = ops.mul(ego, neighbors, config=c)
+        product = ops.linear(
+            product, self.product_linear.weight, self.product_linear.bias, config=c
+        )
+        out = ops.leaky_relu(summed, slope, config=c) + ops.leaky_relu(product, slope, config=c)
+        out = ops.dropout(out, self.dropout, self.training, config=c)
+        return out, ops.l2_normalize(out, dim=-1, config=c)
+
+
+class RelationalPathLayer(nn.Module):
+    """One KGIN hop (Wang et al. 2021, eq. 6-10), then message dropout and L2 normalisation.
+
+    Entities: `e_h <- mean over (h, r, t) of e_r * e_t` (KG edges only). Users:
+    `e_u <- m_u * (sum_p beta(u, p) e_p) + m_u`, with `m_u` the weighted sum of the user's items
+    (weights 1/deg(u): a mean), `e_p` the intents (mixes of relation embeddings) and `beta(u, p)`
+    a softmax over intents of `<e_u, q_p>`, `q_p` a learned query per intent (the original code's
+    `latent_emb`).
+    """
+
+    def __init__(self, n_users: int, dropout: float, compression: CompressionConfig) -> None:
+        super().__init__()
+        self.n_users = n_users
+        self.dropout = dropout
+        self.compression = compression
+
+    def relational_mean(self, entity, relation_embedding, edge_index, relation) -> torch.Tensor:
+        c = self.compression
+        tails, heads = edge_index[0], edge_index[1]
+        messages = ops.mul(
+            ops.embedding(entity, tails, config=c),
+            ops.embedding(relation_embedding, relation, config=c),
+            config=c,
+        )
+        summed = entity.new_zeros(entity.shape).index_add(0, heads, messages)
+        degree = torch.bincount(heads, minlength=entity.shape[0]).clamp(min=1)
+        return summed / degree.unsqueeze(1).to(summed.dtype)
+
+    def user_update(self, user, entity, queries, intents, ui_index, ui_weight) -> torch.Tensor:
+        c = self.compression
+        item_mean = ops.spmm(ui_index, entity, self.n_users, ui_weight, config=c)
+        preference = torch.softmax(ops.linear(user, queries, config=c), dim=1)  # beta(u, p)
+        intent_mix = ops.linear(preference, intents.T, config=c)
+        return ops.mul(item_mean, intent_mix, config=c) + item_mean
+
+    def forward(
+        self, user, entity, queries, intents, relation_embedding, graph
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`graph` = (kg_index, kg_relation, ui_index, ui_weight) of this step."""
+        c = self.compression
+        kg_index, kg_relation, ui_index, ui_weight = graph
+        user = self.user_update(user, entity, queries, intents, ui_index, ui_weight)
+        entity = self.relational_mean(entity, relation_embedding, kg_index, kg_relation)
+        user = ops.dropout(user, self.dropout, self.training, config=c)
+        entity = ops.dropout(entity, self.dropout, self.training, config=c)
+        return ops.l2_normalize(user, dim=-1, config=c), ops.l2_normalize(entity, dim=-1, config=c)
+
+
+class SumAggregator(nn.Module):
+    """KGCN's sum aggregator: `act(W dropout(e_v + sum_k w_k e_k) + b)`; tanh if `last`, else ReLU.
+
+    `self_vectors [..., dim]`, `neighbor_vectors [..., K, dim]`, `weights [..., K]` (softmax over K).
+    """
+
+    def __init__(
+        self, dim: int, dropout: float, last: bool, compression: CompressionConfig
+    ) -> None:
+        super().__init__()
+        self.linear = xavier_linear(dim, dim)
+        self.dropout = dropout
+        self.last = last
+        self.compression = compression
+
+    def activation(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x) if self.last else ops.relu(x, config=self.compression)
+
+    def forward(self, self_vectors, neighbor_vectors, weights) -> torch.Tensor:
+        c = self.compression
+        mixed = ops.mul(weights.unsqueeze(-1), neighbor_vectors, config=c).sum(dim=-2)
+        hidden = ops.dropout(self_vectors + mixed, self.dropout, self.training, config=c)
+        return self.activation(ops.linear(hidden, self.linear.weight, self.linear.bias, config=c))

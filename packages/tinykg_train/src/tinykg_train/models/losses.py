@@ -1,0 +1,29 @@
+"""Losses shared by the models: BPR on dot-product scores, and the L2 penalty on touched embeddings."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from tinykg_train.compress import CompressionConfig, ops
+
+
+def dot_scores(a: torch.Tensor, b: torch.Tensor, *, config: CompressionConfig) -> torch.Tensor:
+    """Row-wise dot products `(a * b).sum(-1)`, the product saved compressed for backward."""
+    return ops.mul(a, b, config=config).sum(dim=-1)
+
+
+def bpr_loss(
+    users: torch.Tensor, pos: torch.Tensor, neg: torch.Tensor, *, config: CompressionConfig
+) -> torch.Tensor:
+    """Mean of -log sigmoid(<u, pos> - <u, neg>) over the batch (Rendle et al. 2009)."""
+    margin = dot_scores(users, pos, config=config) - dot_scores(users, neg, config=config)
+    return F.softplus(-margin).mean()
+
+
+def l2_penalty(embeddings: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Sum of squared norms / 2, per batch row: `sum_t ||t||^2 / (2 * len(t))` (KGAT, LightGCN)."""
+    batch = embeddings[0].shape[0]
+    return sum(t.pow(2).sum() for t in embeddings) / (2 * max(batch, 1))
