@@ -66,3 +66,13 @@ def tiny_dataset_dir(tiny_raw_dir: Path, tmp_path_factory: pytest.TempPathFactor
     from kg_data import ingest
 
     return ingest(tiny_raw_dir, tmp_path_factory.mktemp("tiny_dataset") / "tiny", progress=False).path
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A private Ray head on 127.0.0.1 (tests/ray_cluster.py: own token, free ports), stopped after
+    the module's tests however they end. Yields a `LocalRayCluster` (`.submit(...)`, `.env()`)."""
+    from tests.ray_cluster import LocalRayCluster
+
+    with LocalRayCluster(num_cpus=2) as cluster:
+        yield cluster

@@ -1,0 +1,22 @@
+"""Ray Tune sweeps over training settings, every trial an MLflow run under one parent run.
+
+`python -m pipelines.sweep` is the command line; `run_sweep(spec, data, out)` the Python entry point.
+Parts: `spec` (search space and settings, checked up front), `overrides` (command-line edits),
+`trial` (one trial = `trainer.train` + Tune reports + an MLflow child run), `cluster` (which Ray),
+`mlflow_runs` (experiment, parent, settling leftover runs), `summary` and `pareto` (the results),
+`driver` (all of it in order).
+"""
+
+from tinykg_train.sweep.driver import SweepOutcome, run_sweep
+from tinykg_train.sweep.pareto import pareto_front
+from tinykg_train.sweep.spec import Asha, Axis, SweepSpec, spec_from_mapping
+
+__all__ = [
+    "Asha",
+    "Axis",
+    "SweepOutcome",
+    "SweepSpec",
+    "pareto_front",
+    "run_sweep",
+    "spec_from_mapping",
+]

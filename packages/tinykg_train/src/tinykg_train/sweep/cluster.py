@@ -1,0 +1,109 @@
+"""Connecting a sweep to Ray: a given cluster, the cluster of a submitted job, or a private local one.
+
+- `--address ADDR`: `ray.init(address=ADDR)` (a running cluster).
+- `RAY_ADDRESS` set (inside `ray job submit ... -- python -m pipelines.sweep`, Ray sets it for the
+  job's driver): plain `ray.init()` joins that cluster.
+- Otherwise a private single-machine Ray: `ray.init(address="local")` in a fresh temporary dir with
+  its own auth token and no dashboard, removed afterwards. Plain `ray.init()` would instead join
+  whatever cluster this machine started last.
+
+Token authentication stays on in every case (Ray 2.60 default).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from tinykg_train.errors import ConfigError
+
+# Ray's Unix sockets live under the temp dir and their paths may not exceed 107 bytes.
+_MAX_TEMP_BASE = 40
+
+
+def in_ray_job() -> bool:
+    """True when a Ray cluster address is given by the environment (a submitted job or the user)."""
+    return bool(os.environ.get("RAY_ADDRESS"))
+
+
+def _short_temp_base() -> str:
+    base = tempfile.gettempdir()
+    return base if len(base) <= _MAX_TEMP_BASE or not Path("/tmp").is_dir() else "/tmp"
+
+
+@contextlib.contextmanager
+def _private_token(folder: Path) -> Iterator[None]:
+    """Point Ray at a fresh 0600 token file for this local cluster (leaves ~/.ray alone)."""
+    path = folder / "auth_token"
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(secrets.token_hex(32))
+    saved = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    os.environ["RAY_AUTH_TOKEN_PATH"] = str(path)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("RAY_AUTH_TOKEN_PATH", None)
+        else:
+            os.environ["RAY_AUTH_TOKEN_PATH"] = saved
+
+
+@contextlib.contextmanager
+def ray_connection(
+    address: str | None = None, num_cpus: int | None = None, num_gpus: int | None = None
+) -> Iterator[str]:
+    """Connect to Ray for the duration of the block; yields a description of where the trials run."""
+    import ray
+
+    if address or in_ray_job():
+        if num_cpus is not None or num_gpus is not None:
+            raise ConfigError(
+                "--num-cpus/--num-gpus size a local Ray only; a cluster has its own resources"
+            )
+        ray.init(address=address or None, logging_level=logging.WARNING)
+        try:
+            yield f"Ray cluster at {address or os.environ['RAY_ADDRESS']}"
+        finally:
+            ray.shutdown()
+        return
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    folder = Path(tempfile.mkdtemp(prefix="tinykg-ray-", dir=_short_temp_base()))
+    try:
+        with _private_token(folder):
+            ray.init(
+                address="local",
+                _temp_dir=str(folder),
+                include_dashboard=False,
+                num_cpus=num_cpus,
+                num_gpus=num_gpus,
+                logging_level=logging.WARNING,
+            )
+            try:
+                yield f"local Ray ({folder})"
+            finally:
+                ray.shutdown()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def check_resources(cpus_per_trial: float, gpus_per_trial: float) -> None:
+    """Refuse a sweep whose single trial needs more than the whole cluster has (Tune would wait forever)."""
+    import ray
+
+    total = ray.cluster_resources()
+    for key, needed, flag in (
+        ("CPU", cpus_per_trial, "--cpus-per-trial"),
+        ("GPU", gpus_per_trial, "--gpus-per-trial"),
+    ):
+        have = total.get(key, 0.0)
+        if needed > have:
+            raise ConfigError(
+                f"each trial asks for {needed:g} {key} but the Ray cluster has {have:g}; lower {flag} (resources.{key.lower()})"
+            )

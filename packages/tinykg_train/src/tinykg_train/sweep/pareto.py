@@ -1,0 +1,107 @@
+"""The memory/quality trade-off of a sweep: the Pareto front and its chart.
+
+A trial is on the front when no other trial uses at most as much activation memory with at least
+the same Recall@20 and is strictly better in one of the two. Identical points do not dominate each
+other, so all copies of a front point stay on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tinykg_train.sweep.summary import TrialRow
+
+BIT_COLOURS = {1: "tab:red", 2: "tab:orange", 4: "tab:green", 8: "tab:blue", 32: "black"}
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def pareto_front(memory: Sequence[float], quality: Sequence[float]) -> list[int]:
+    """Indices of the non-dominated points (lower memory, higher quality is better), memory ascending.
+
+    One sort by (memory ascending, quality descending), then a sweep that keeps the best quality
+    seen: O(n log n).
+    """
+    if len(memory) != len(quality):
+        raise ValueError(
+            f"memory and quality need the same length ({len(memory)} != {len(quality)})"
+        )
+    order = sorted(range(len(memory)), key=lambda i: (memory[i], -quality[i]))
+    front: list[int] = []
+    best_quality, best_memory = float("-inf"), None
+    for index in order:
+        if quality[index] > best_quality:
+            front.append(index)
+            best_quality, best_memory = quality[index], memory[index]
+        elif quality[index] == best_quality and memory[index] == best_memory:
+            front.append(index)  # an exact copy of the point that set the best quality
+    return front
+
+
+def pareto_chart(rows: Sequence[TrialRow], path: Path, title: str) -> Path | None:
+    """Activation MB vs test Recall@20: colour = bits, marker = model, the front as a dashed step line.
+
+    Returns None (and writes nothing) when no trial finished with both numbers.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    points = [row for row in rows if row.comparable]
+    if not points:
+        return None
+    bits_values = sorted({int(row.settings["bits"]) for row in points})
+    models = sorted({row.settings["model"] for row in points})
+    colour = {b: BIT_COLOURS.get(b, "tab:purple") for b in bits_values}
+    marker = {m: MARKERS[i % len(MARKERS)] for i, m in enumerate(models)}
+
+    figure, axes = plt.subplots(figsize=(7, 4.5), dpi=120)
+    for row in points:
+        axes.scatter(
+            row.activation_mb,
+            row.recall,
+            color=colour[int(row.settings["bits"])],
+            marker=marker[row.settings["model"]],
+            s=60,
+            edgecolors="black" if row.pareto else "none",
+            linewidths=1.2,
+            zorder=3,
+        )
+    front = sorted((row for row in points if row.pareto), key=lambda r: r.activation_mb)
+    axes.step(
+        [r.activation_mb for r in front],
+        [r.recall for r in front],
+        where="post",
+        linestyle="--",
+        color="grey",
+        zorder=2,
+        label="Pareto front",
+    )
+    memory = [row.activation_mb for row in points]
+    if min(memory) > 0 and max(memory) / min(memory) > 10:
+        axes.set_xscale("log")
+    axes.set_xlabel("activation memory per training step (MB)")
+    axes.set_ylabel("test Recall@20")
+    axes.set_title(title)
+    axes.grid(alpha=0.3)
+    handles = [
+        Line2D(
+            [], [], color=colour[b], marker="o", linestyle="", label=f"int{b}" if b < 32 else "fp32"
+        )
+        for b in bits_values
+    ]
+    handles += [
+        Line2D([], [], color="black", marker=marker[m], linestyle="", fillstyle="none", label=m)
+        for m in models
+    ]
+    handles.append(Line2D([], [], color="grey", linestyle="--", label="Pareto front"))
+    axes.legend(handles=handles, fontsize=8, loc="best")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path)
+    plt.close(figure)
+    return path

@@ -1,0 +1,440 @@
+"""SweepSpec: what a sweep runs, read from a YAML file and command-line overrides, checked up front.
+
+A spec holds the training settings every trial shares (`train`), the swept settings (`axes`), how many
+times the grid is sampled, the resources of one trial, the concurrency and optional ASHA early
+stopping. Every value is checked against `TrainConfig` before Ray starts, so a bad setting is one
+line on the command line, not a sweep of failed trials.
+
+Axis forms (YAML `space:` entries; a CLI comma list such as `--bits 2,32` is a grid axis):
+
+    bits: [2, 32]                       grid: every value is run (with every value of the other grids)
+    embed_dim: {choice: [32, 64]}       random: one value drawn per sample
+    lr: {loguniform: [1.0e-4, 1.0e-2]}  random float, log-uniform in [low, high)
+    dropout: {uniform: [0.0, 0.3]}      random float, uniform in [low, high)
+    n_layers: {randint: [1, 4]}         random integer in [low, high)
+
+The number of trials is the product of the grid sizes times `num_samples`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tinykg_train.config import TrainConfig, read_yaml_mapping
+from tinykg_train.errors import ConfigError
+
+RANDOM_KINDS = ("choice", "uniform", "loguniform", "randint")
+AXIS_KINDS = ("grid", *RANDOM_KINDS)
+# Settings that belong to the sweep as a whole (--data) or to each trial (its own run dir).
+PER_SWEEP = frozenset({"data", "out", "resume"})
+NOT_SWEEPABLE = PER_SWEEP | {"extra"}
+TOP_LEVEL_KEYS = (
+    "name",
+    "experiment",
+    "train",
+    "space",
+    "num_samples",
+    "search_seed",
+    "resources",
+    "max_concurrent",
+    "asha",
+    "model_builder",
+)
+
+
+def _field_defaults() -> dict[str, Any]:
+    return {
+        f.name: f.default
+        for f in dataclasses.fields(TrainConfig)
+        if f.default is not dataclasses.MISSING
+    }
+
+
+def _float_fields() -> frozenset[str]:
+    return frozenset(name for name, value in _field_defaults().items() if isinstance(value, float))
+
+
+def _int_fields() -> frozenset[str]:
+    return frozenset(
+        name
+        for name, value in _field_defaults().items()
+        if isinstance(value, int) and not isinstance(value, bool)
+    )
+
+
+def check_settings(settings: Mapping[str, Any], source: str) -> TrainConfig:
+    """A TrainConfig of `settings` (with a placeholder dataset): raises the one-line ConfigError."""
+    return TrainConfig.from_dict({**settings, "data": settings.get("data") or "?"}, source=source)
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One swept setting: a grid of values, a random choice, or a random range."""
+
+    name: str
+    kind: str
+    values: tuple[Any, ...]  # grid/choice: the values; uniform/loguniform/randint: (low, high)
+
+    @property
+    def grid_size(self) -> int:
+        return len(self.values) if self.kind == "grid" else 1
+
+    def to_tune(self) -> Any:
+        """The Tune search-space object of this axis."""
+        from ray import tune
+
+        if self.kind == "grid":
+            return tune.grid_search(list(self.values))
+        if self.kind == "choice":
+            return tune.choice(list(self.values))
+        return getattr(tune, self.kind)(*self.values)
+
+    def highest(self) -> Any:
+        """The largest value this axis can take (for ASHA's max epochs)."""
+        if self.kind == "randint":
+            return self.values[1] - 1
+        return max(self.values)
+
+    def describe(self) -> str:
+        if self.kind == "grid":
+            return f"{self.name}={list(self.values)}"
+        return f"{self.name}~{self.kind}{list(self.values)}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "values": list(self.values)}
+
+
+@dataclass(frozen=True)
+class Asha:
+    """ASHA early stopping on valid Recall@20: trials are compared at epochs grace_period * factor^k."""
+
+    grace_period: int = 1
+    reduction_factor: int = 2
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """Everything that defines a sweep (its trials), plus how to run them."""
+
+    name: str = "sweep"
+    experiment: str = "tinykg-sweep"
+    train: dict[str, Any] = field(default_factory=dict)
+    axes: tuple[Axis, ...] = ()
+    num_samples: int = 1
+    search_seed: int = 0
+    cpus_per_trial: float = 1.0
+    gpus_per_trial: float = 0.0
+    max_concurrent: int | None = None
+    asha: Asha | None = None
+    model_builder: str | None = None  # "package.module:function", default tinykg_train.models
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # -- checks -------------------------------------------------------------------------------------
+
+    def validate(self) -> None:
+        """Raise ConfigError with a one-line fix for anything that would make trials fail or hang."""
+        if not self.name or "/" in self.name or self.name.startswith("."):
+            raise ConfigError(
+                f"'name' needs to be a plain folder name like bits-sweep (got {self.name!r})"
+            )
+        if not self.experiment:
+            raise ConfigError("'experiment' needs to be a non-empty MLflow experiment name")
+        fixed = sorted(set(self.train) & PER_SWEEP)
+        if fixed:
+            raise ConfigError(
+                f"train: {', '.join(fixed)} cannot be set in a sweep config: pass the dataset with --data "
+                "and the output folder with --out (every trial gets its own run dir)"
+            )
+        check_settings(self.train, "train")
+        names = [axis.name for axis in self.axes]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"space: a setting is swept twice ({', '.join(names)})")
+        both = sorted(set(names) & set(self.train))
+        if both:
+            raise ConfigError(
+                f"{', '.join(both)}: set both as a fixed train setting and as a swept axis; keep one"
+            )
+        for name, value, rule in (
+            ("num_samples", self.num_samples, "a positive integer"),
+            ("search_seed", self.search_seed, "an integer"),
+        ):
+            if (
+                not isinstance(value, int)
+                or isinstance(value, bool)
+                or (name == "num_samples" and value <= 0)
+            ):
+                raise ConfigError(f"'{name}' needs to be {rule} (got {value!r})")
+        if not self.cpus_per_trial > 0:
+            raise ConfigError(f"'resources.cpu' needs to be > 0 (got {self.cpus_per_trial})")
+        if not self.gpus_per_trial >= 0:
+            raise ConfigError(f"'resources.gpu' needs to be >= 0 (got {self.gpus_per_trial})")
+        if self.max_concurrent is not None and (
+            not isinstance(self.max_concurrent, int) or self.max_concurrent <= 0
+        ):
+            raise ConfigError(
+                f"'max_concurrent' needs to be a positive integer or null (got {self.max_concurrent!r})"
+            )
+        if self.asha is not None:
+            self._validate_asha(self.asha)
+        if self.model_builder is not None:
+            resolve_model_builder(self.model_builder)
+
+    def _validate_asha(self, asha: Asha) -> None:
+        for name in ("grace_period", "reduction_factor"):
+            value = getattr(asha, name)
+            if (
+                not isinstance(value, int)
+                or isinstance(value, bool)
+                or value < (2 if name == "reduction_factor" else 1)
+            ):
+                least = 2 if name == "reduction_factor" else 1
+                raise ConfigError(
+                    f"'asha.{name}' needs to be an integer >= {least} (got {value!r})"
+                )
+        if asha.grace_period > self.max_epochs:
+            raise ConfigError(
+                f"'asha.grace_period' ({asha.grace_period}) needs to be <= epochs ({self.max_epochs}): "
+                "trials are compared after grace_period epochs"
+            )
+        every = self.fixed_or_default("eval_every")
+        if asha.grace_period % every:
+            raise ConfigError(
+                f"'asha.grace_period' ({asha.grace_period}) needs to be a multiple of eval_every ({every}): "
+                "ASHA compares valid Recall@20, which exists only on evaluated epochs"
+            )
+
+    # -- derived values --------------------------------------------------------------------------------
+
+    def fixed_or_default(self, name: str) -> Any:
+        return check_settings(self.train, "train").to_dict()[name]
+
+    @property
+    def max_epochs(self) -> int:
+        axis = self.axis("epochs")
+        return int(axis.highest()) if axis is not None else int(self.fixed_or_default("epochs"))
+
+    def axis(self, name: str) -> Axis | None:
+        return next((axis for axis in self.axes if axis.name == name), None)
+
+    @property
+    def n_trials(self) -> int:
+        return math.prod(axis.grid_size for axis in self.axes) * self.num_samples
+
+    def param_space(self) -> dict[str, Any]:
+        """The Tune `param_space`: one entry per axis (fixed settings travel with each trial)."""
+        return {axis.name: axis.to_tune() for axis in self.axes}
+
+    def describe(self) -> str:
+        axes = ", ".join(axis.describe() for axis in self.axes) or "no swept settings"
+        return (
+            f"sweep {self.name!r}: {self.n_trials} trial(s) ({axes}; {self.num_samples} sample(s)), "
+            f"{self.cpus_per_trial:g} CPU + {self.gpus_per_trial:g} GPU per trial, "
+            f"{self.max_concurrent or 'as many as fit'} at a time"
+            + (
+                f", ASHA grace {self.asha.grace_period} factor {self.asha.reduction_factor}"
+                if self.asha
+                else ""
+            )
+        )
+
+    # -- (de)serialization -------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dict (JSON/YAML-safe) that `from_dict` turns back into an equal spec."""
+        return {
+            "name": self.name,
+            "experiment": self.experiment,
+            "train": dict(self.train),
+            "axes": [axis.to_dict() for axis in self.axes],
+            "num_samples": self.num_samples,
+            "search_seed": self.search_seed,
+            "cpus_per_trial": self.cpus_per_trial,
+            "gpus_per_trial": self.gpus_per_trial,
+            "max_concurrent": self.max_concurrent,
+            "asha": dataclasses.asdict(self.asha) if self.asha else None,
+            "model_builder": self.model_builder,
+        }
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> SweepSpec:
+        values = dict(values)
+        values["axes"] = tuple(
+            Axis(a["name"], a["kind"], tuple(a["values"])) for a in values["axes"]
+        )
+        values["asha"] = Asha(**values["asha"]) if values.get("asha") else None
+        return cls(**values)
+
+    def trial_defining(self) -> dict[str, Any]:
+        """The parts that decide which trials run (a resumed sweep must keep them)."""
+        values = self.to_dict()
+        return {
+            k: values[k]
+            for k in ("train", "axes", "num_samples", "search_seed", "model_builder", "asha")
+        }
+
+
+# -- building a spec --------------------------------------------------------------------------------
+
+
+def parse_axis(name: str, value: Any, train: Mapping[str, Any], source: str = "space") -> Axis:
+    """An Axis from a YAML value (a list = grid, `{kind: [...]}` = random), each value checked."""
+    where = f"{source}.{name}"
+    if name not in TrainConfig.field_names():
+        raise ConfigError(f"{where}: unknown setting; sweepable: {', '.join(sweepable_settings())}")
+    if name in NOT_SWEEPABLE:
+        raise ConfigError(f"{where}: cannot be swept; sweepable: {', '.join(sweepable_settings())}")
+    if isinstance(value, (list, tuple)):
+        return Axis(name, "grid", _checked_values(name, value, train, where))
+    if isinstance(value, Mapping) and len(value) == 1:
+        ((kind, args),) = value.items()
+        if kind == "choice":
+            return Axis(name, "choice", _checked_values(name, args, train, f"{where}.choice"))
+        if kind in RANDOM_KINDS:
+            return Axis(name, kind, _checked_range(name, kind, args, train, where))
+    raise ConfigError(
+        f"{where}: expected a list of values (grid) or one of "
+        f"{{choice: [...]}}, {{uniform: [low, high]}}, {{loguniform: [low, high]}}, {{randint: [low, high]}} (got {value!r})"
+    )
+
+
+def sweepable_settings() -> list[str]:
+    return [name for name in TrainConfig.field_names() if name not in NOT_SWEEPABLE]
+
+
+def _checked_values(
+    name: str, values: Any, train: Mapping[str, Any], where: str
+) -> tuple[Any, ...]:
+    if not isinstance(values, (list, tuple)) or not values:
+        raise ConfigError(f"{where}: needs a non-empty list of values (got {values!r})")
+    checked = tuple(getattr(check_settings({**train, name: v}, where), name) for v in values)
+    if len(set(map(repr, checked))) != len(checked):
+        raise ConfigError(f"{where}: the same value is listed twice ({list(values)})")
+    return checked
+
+
+def _checked_range(
+    name: str, kind: str, args: Any, train: Mapping[str, Any], where: str
+) -> tuple[Any, Any]:
+    where = f"{where}.{kind}"
+    numeric = (int, float)
+    if (
+        not isinstance(args, (list, tuple))
+        or len(args) != 2
+        or not all(isinstance(a, numeric) and not isinstance(a, bool) for a in args)
+    ):
+        raise ConfigError(f"{where}: needs [low, high] numbers (got {args!r})")
+    low, high = args
+    if kind == "randint":
+        if name not in _int_fields():
+            raise ConfigError(
+                f"{where}: randint needs an integer setting; use choice or uniform for {name}"
+            )
+        if not all(isinstance(a, int) for a in args) or low >= high:
+            raise ConfigError(
+                f"{where}: needs integers low < high, high excluded (got {list(args)})"
+            )
+        check_settings({**train, name: low}, where)
+        check_settings({**train, name: high - 1}, where)
+        return int(low), int(high)
+    if name not in _float_fields():
+        raise ConfigError(
+            f"{where}: {kind} draws floats but {name} is not a float setting; use choice or randint"
+        )
+    if not low < high:
+        raise ConfigError(f"{where}: needs low < high (got {list(args)})")
+    if kind == "loguniform" and low <= 0:
+        raise ConfigError(f"{where}: loguniform needs low > 0 (got {low})")
+    check_settings({**train, name: low}, where)
+    return float(low), float(high)
+
+
+def normalized_train(train: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """The fixed settings with their values coerced to the fields' types ("256" -> 256)."""
+    values = check_settings(train, f"{source}: train").to_dict()
+    return {name: values[name] for name in train}
+
+
+def resolve_model_builder(reference: str) -> Callable[..., Any]:
+    """Import `package.module:function` (a `build_model(name, dataset, config)` replacement)."""
+    module_name, _, attribute = reference.partition(":")
+    if not module_name or not attribute:
+        raise ConfigError(
+            f"'model_builder' needs the form package.module:function (got {reference!r})"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(
+            f"'model_builder' {reference!r}: cannot import {module_name} ({exc})"
+        ) from None
+    builder = getattr(module, attribute, None)
+    if not callable(builder):
+        raise ConfigError(
+            f"'model_builder' {reference!r}: {module_name} has no function {attribute}"
+        )
+    return builder
+
+
+def spec_from_mapping(values: Mapping[str, Any], source: str = "sweep config") -> SweepSpec:
+    """A SweepSpec from the YAML layout (`train:`, `space:`, `resources: {cpu, gpu}`, `asha:` ...)."""
+    unknown = sorted(set(values) - set(TOP_LEVEL_KEYS))
+    if unknown:
+        raise ConfigError(
+            f"{source}: unknown key(s) {', '.join(unknown)}; valid: {', '.join(TOP_LEVEL_KEYS)}"
+        )
+    train = normalized_train(_mapping(values.get("train"), f"{source}: train"), source)
+    space = _mapping(values.get("space"), f"{source}: space")
+    resources = _mapping(values.get("resources"), f"{source}: resources")
+    extra = sorted(set(resources) - {"cpu", "gpu"})
+    if extra:
+        raise ConfigError(
+            f"{source}: resources: unknown key(s) {', '.join(extra)}; valid: cpu, gpu"
+        )
+    asha = values.get("asha")
+    if asha is not None:
+        asha_values = _mapping(asha, f"{source}: asha")
+        bad = sorted(set(asha_values) - {"grace_period", "reduction_factor"})
+        if bad:
+            raise ConfigError(
+                f"{source}: asha: unknown key(s) {', '.join(bad)}; valid: grace_period, reduction_factor"
+            )
+        asha = Asha(**asha_values)
+    return SweepSpec(
+        name=str(values.get("name", "sweep")),
+        experiment=str(values.get("experiment", "tinykg-sweep")),
+        train=dict(train),
+        axes=tuple(parse_axis(name, value, train) for name, value in space.items()),
+        num_samples=values.get("num_samples", 1),
+        search_seed=values.get("search_seed", 0),
+        cpus_per_trial=_number(resources.get("cpu", 1), "resources.cpu"),
+        gpus_per_trial=_number(resources.get("gpu", 0), "resources.gpu"),
+        max_concurrent=values.get("max_concurrent"),
+        asha=asha,
+        model_builder=values.get("model_builder"),
+    )
+
+
+def load_spec(path: str | None) -> dict[str, Any]:
+    """The YAML mapping of a sweep config file ({} without a file)."""
+    return read_yaml_mapping(path) if path else {}
+
+
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: expected a mapping of setting: value (got {value!r})")
+    return value
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"'{where}' needs a number (got {value!r})")
+    return float(value)

@@ -1,0 +1,112 @@
+"""One sweep trial: `trainer.train` (the function `pipelines.train` runs) with Tune reporting and MLflow.
+
+Tune calls `run_trial(params, setup=...)` in a worker process whose working directory it changed, so
+every path here is absolute. The trial trains into `<sweep dir>/runs/<trial id>`; if that dir holds a
+checkpoint (the sweep was interrupted and resumed), training continues from it and logs to the same
+MLflow run. A trial that raises is marked FAILED in MLflow (with an `error` tag) and the exception goes
+on to Tune, which records the trial as errored while the other trials carry on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tinykg_train.config import TrainConfig
+from tinykg_train.run_dir import RunDir
+from tinykg_train.sweep.mlflow_runs import ERROR_TAG, SWEEP_TAG, TRIAL_TAG, error_line
+from tinykg_train.sweep.spec import resolve_model_builder
+from tinykg_train.tracking import MlflowTracker
+
+STOP_METRIC = "recall@20"
+
+
+@dataclass(frozen=True)
+class TrialSetup:
+    """What every trial of one sweep shares; handed to Tune with `tune.with_parameters`."""
+
+    train: dict[str, Any]  # fixed TrainConfig settings, `data` absolute
+    runs_dir: str  # absolute; trial t trains into runs_dir/t
+    sweep_name: str
+    tracking_uri: str  # absolute, reachable from every worker
+    experiment_id: str
+    parent_run_id: str
+    model_builder: str | None = None
+
+
+def trial_label(settings: Mapping[str, Any]) -> str:
+    """A short readable name from a trial's settings, e.g. "kgat-int2-lr0.001-seed0"."""
+    config = TrainConfig.from_dict({**settings, "data": settings.get("data") or "?"})
+    return f"{config.model}-int{config.bits}-lr{config.lr:g}-seed{config.seed}"
+
+
+class TrialNamer:
+    """Tune trial names and folder names: the readable label plus the trial id (picklable for restore)."""
+
+    def __init__(self, fixed: Mapping[str, Any]) -> None:
+        self.fixed = dict(fixed)
+
+    def name(self, trial) -> str:
+        return f"{trial_label({**self.fixed, **trial.config})}-{trial.trial_id}"
+
+    __call__ = name
+
+
+def tune_report(report: Mapping[str, Any]) -> dict[str, float] | None:
+    """The numeric, finite part of an epoch report, `epoch` counted from 1; None before the first
+    evaluation (Tune's schedulers need valid Recall@20 in every result)."""
+    if not isinstance(report.get(STOP_METRIC), (int, float)):
+        return None
+    metrics = {
+        key: float(value)
+        for key, value in report.items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    }
+    metrics["epoch"] = int(report["epoch"]) + 1
+    return metrics
+
+
+def run_trial(params: Mapping[str, Any], setup: TrialSetup) -> None:
+    """Train one trial; `params` are its sampled settings (the Tune trial config)."""
+    from ray import tune
+
+    from tinykg_train.trainer import train
+
+    trial_id = tune.get_context().get_trial_id()
+    run_dir = RunDir(Path(setup.runs_dir) / trial_id)
+    settings = {**setup.train, **params}
+    tracker = MlflowTracker(
+        tracking_uri=setup.tracking_uri,
+        run_name=f"{trial_label(settings)}-{trial_id}",
+        tags={SWEEP_TAG: setup.sweep_name, TRIAL_TAG: trial_id},
+        parent_run_id=setup.parent_run_id,
+        experiment_id=setup.experiment_id,
+    )
+    config = TrainConfig.from_dict(
+        {**settings, "out": str(run_dir.path), "resume": run_dir.checkpoint.exists()}
+    )
+
+    def on_epoch(report: Mapping[str, Any]) -> None:
+        metrics = tune_report(report)
+        if metrics is not None:
+            tune.report(metrics)
+
+    try:
+        builder = resolve_model_builder(setup.model_builder) if setup.model_builder else None
+        train(config, tracker=tracker, on_epoch=on_epoch, model_builder=builder)
+    except BaseException as exc:
+        record_failure(tracker, config, run_dir, exc)
+        raise
+
+
+def record_failure(
+    tracker: MlflowTracker, config: TrainConfig, run_dir: RunDir, exc: BaseException
+) -> None:
+    """Make sure the trial has a FAILED run with the error as a tag, even if training never started it."""
+    if tracker.run_id is None:
+        tracker.start(config, run_dir.create(), "unknown (failed before training)")
+        tracker.fail("FAILED")
+    tracker.client.set_tag(tracker.run_id, ERROR_TAG, error_line(exc))

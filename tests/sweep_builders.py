@@ -1,0 +1,30 @@
+"""Model builders for the sweep tests, named in a sweep as `model_builder: tests.sweep_builders:<name>`.
+
+Ray workers import them from the sweep's working directory (the repository root), so a test can make
+one chosen trial fail the way real trials do while the others train the real models.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+
+def crash_seed_1(name, dataset, config):
+    """The real model, except that the trial with seed 1 raises while building it."""
+    if config.seed == 1:
+        raise RuntimeError("simulated crash while building the model (seed 1)")
+    from tinykg_train.models import build_model
+
+    return build_model(name, dataset, config)
+
+
+def crash_seed_1_kill_seed_2(name, dataset, config):
+    """Like `crash_seed_1`, and the trial with seed 2 loses its process (SIGKILL, as the OOM killer does)."""
+    if config.seed == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return crash_seed_1(name, dataset, config)
+
+
+def crash_always(name, dataset, config):
+    raise RuntimeError(f"simulated crash of every trial ({name}, seed {config.seed})")
