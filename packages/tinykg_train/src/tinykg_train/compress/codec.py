@@ -89,7 +89,7 @@ def _compress(tensor: torch.Tensor, config: CompressionConfig, project: bool) ->
         values,
         bits=config.bits,
         group_size=config.group_for(tuple(values.shape)),
-        stochastic=True,
+        stochastic=config.stochastic,
         seed=None,
         scheme=config.scheme,
     )

@@ -35,6 +35,8 @@ class CompressionConfig:
     - `projection_ratio`: if set (0 < r < 1), linear layers save a random projection of their input
       to `ceil(r * in_features)` columns before quantizing (EXACT); the gradient stays unbiased.
     - `min_numel`: tensors with fewer elements are saved as they are.
+    - `stochastic`: stochastic rounding (unbiased gradients); False rounds to nearest, which is
+      biased (an ablation and the control of the unbiasedness tests).
     """
 
     bits: int = 32
@@ -42,6 +44,7 @@ class CompressionConfig:
     scheme: str = "uniform"
     projection_ratio: float | None = None
     min_numel: int = DEFAULT_MIN_NUMEL
+    stochastic: bool = True
 
     def __post_init__(self) -> None:
         if self.bits not in BITS:

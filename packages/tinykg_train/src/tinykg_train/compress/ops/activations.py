@@ -47,7 +47,7 @@ class MaskedDropout(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         (keep,) = load(ctx)
-        return torch.native_dropout_backward(grad, keep, ctx.scale), None
+        return torch.ops.aten.native_dropout_backward(grad, keep, ctx.scale), None
 
 
 def relu(x: torch.Tensor, *, config: CompressionConfig) -> torch.Tensor:

@@ -1,0 +1,74 @@
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tinykg_train.compress import ActivationMeter, CompressionConfig
+from tinykg_train.compress.ops import l2_normalize
+
+ALL_BITS = (32, 8, 4, 2, 1)
+
+
+def make_rows(dtype: torch.dtype = torch.float32, zero_row: bool = True) -> torch.Tensor:
+    x = torch.randn(120, 40, generator=torch.Generator().manual_seed(0), dtype=dtype)
+    if zero_row:
+        x[3] = 0.0  # a row whose norm is clamped to eps (its gradient is g / eps)
+    return x.requires_grad_()
+
+
+@pytest.mark.parametrize("bits", ALL_BITS)
+@pytest.mark.parametrize("dim", [-1, 0])
+def test_forward_equals_f_normalize_at_every_bit_width(bits, dim):
+    x = make_rows()
+    out = l2_normalize(x, dim, config=CompressionConfig(bits=bits))
+    assert torch.equal(out, F.normalize(x, p=2.0, dim=dim))
+
+
+@pytest.mark.parametrize("dim", [-1, 0])
+def test_function_backward_matches_finite_differences_and_plain_op(
+    exact_functions, grad_tools, dim
+):
+    x = make_rows(torch.float64)
+    op = lambda x: l2_normalize(x, dim, config=exact_functions)  # noqa: E731
+    assert torch.autograd.gradcheck(op, (x[4:10, :5].detach().requires_grad_(),))
+    probe = torch.randn(120, 40, dtype=torch.float64)
+    (ours,) = grad_tools.gradients(op, (x,), probe)
+    (plain,) = grad_tools.gradients(lambda x: F.normalize(x, dim=dim), (x,), probe)
+    torch.testing.assert_close(ours, plain)
+    torch.testing.assert_close(ours[3], probe[3] / 1e-12 if dim == -1 else ours[3])
+
+
+def test_gradient_at_8_bits_within_one_percent(grad_tools):
+    x = make_rows(zero_row=False)
+    probe = torch.randn(120, 40, generator=torch.Generator().manual_seed(1))
+    (exact,) = grad_tools.gradients(lambda x: F.normalize(x, dim=-1), (x,), probe)
+    torch.manual_seed(1)
+    (approx,) = grad_tools.gradients(
+        lambda x: l2_normalize(x, config=CompressionConfig(bits=8)), (x,), probe
+    )
+    assert grad_tools.relative_error(approx, exact) < 0.01
+
+
+def test_gradient_at_2_bits_averages_towards_exact_and_round_to_nearest_does_not(grad_tools):
+    """Quadratic in the saved output (y * <g, y>): the mean over draws closes in on the exact
+    gradient up to the O(variance) diagonal term; rounding to nearest keeps its whole error."""
+    x = make_rows(zero_row=False)
+    probe = torch.randn(120, 40, generator=torch.Generator().manual_seed(1))
+    (exact,) = grad_tools.gradients(lambda x: F.normalize(x, dim=-1), (x,), probe)
+    gains = {}
+    for stochastic in (True, False):
+        config = CompressionConfig(bits=2, stochastic=stochastic)
+        op = lambda x, c=config: l2_normalize(x, config=c)  # noqa: E731
+        samples = [s[0] for s in grad_tools.draws(op, (x,), probe, range(64))]
+        single = sum(grad_tools.relative_error(s, exact) for s in samples) / len(samples)
+        gains[stochastic] = grad_tools.relative_error(torch.stack(samples).mean(0), exact) / single
+    assert gains[True] < 0.3, gains
+    assert gains[False] > 0.9, gains
+
+
+def test_saves_compressed_output_and_exact_norms():
+    x = make_rows()
+    with ActivationMeter() as meter:
+        out = l2_normalize(x, config=CompressionConfig(bits=2))
+    norms = 120 * 4
+    assert norms < meter.total_bytes < norms + x.numel() * 4 / 8
+    assert out.requires_grad
