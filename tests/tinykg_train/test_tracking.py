@@ -19,6 +19,7 @@ from tinykg_train.tracking import (
     metric_key,
     numeric_metrics,
 )
+from tinykg_train.trainer import train
 
 
 @pytest.fixture(scope="module")
@@ -129,3 +130,45 @@ def test_a_file_that_is_no_database_is_one_clear_line(tmp_path):
     tracker = MlflowTracker(f"sqlite:///{tmp_path / 'notes.db'}")
     with pytest.raises(TinyKGError, match="MLflow store sqlite:///.*notes.db: .*--no-mlflow"):
         tracker.start(TrainConfig(data="d"), RunDir(tmp_path / "run").create(), "cpu")
+
+
+class Crash(RuntimeError):
+    pass
+
+
+def crashing_builder(error: type[BaseException]):
+    """The real bprmf model, with a loss that raises `error` in epoch 1."""
+    from tinykg_train.models import build_model
+
+    def build(name, dataset, config):
+        model = build_model(name, dataset, config)
+        healthy = model.loss
+
+        def loss(*batch):
+            if model.epochs_started[-1] == 1:
+                raise error("boom in epoch 1")
+            return healthy(*batch)
+
+        def on_epoch_start(epoch):
+            model.epochs_started.append(epoch)
+
+        model.epochs_started = []
+        model.loss, model.on_epoch_start = loss, on_epoch_start
+        return model
+
+    return build
+
+
+@pytest.mark.parametrize(("error", "status"), [(Crash, "FAILED"), (KeyboardInterrupt, "KILLED")])
+def test_a_training_that_raises_marks_its_run_and_reraises(
+    store, tiny_dataset_dir, tmp_path, error, status
+):
+    config = TrainConfig(data=str(tiny_dataset_dir), out=str(tmp_path / "run"), model="bprmf",
+                         epochs=3, embed_dim=8, max_batches_per_epoch=2, device="cpu")  # fmt: skip
+    tracker = MlflowTracker(store, experiment="unit")
+    with pytest.raises(error, match="boom in epoch 1"):
+        train(config, tracker=tracker, model_builder=crashing_builder(error))
+    client = MlflowClient(store)
+    assert client.get_run(tracker.run_id).info.status == status
+    assert [m.step for m in client.get_metric_history(tracker.run_id, "train_loss")] == [0]
+    assert not (tmp_path / "run" / "metrics.json").exists()

@@ -1,0 +1,174 @@
+"""python -m pipelines.train: bad input exits 2 with one line and writes nothing; a run killed with
+SIGKILL and resumed ends with exactly the metrics of an uninterrupted run; MLflow logging."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from pipelines._cli import run_cli
+from pipelines.train import main
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+QUICK = ["--model", "bprmf", "--epochs", "2", "--embed-dim", "8", "--batch-size", "256",
+         "--max-batches-per-epoch", "2", "--device", "cpu", "--no-mlflow"]  # fmt: skip
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = run_cli(main, argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def snapshot(root: Path) -> dict[str, int]:
+    """Every file under `root` with its modification time."""
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def finished_run(tiny_dataset_dir, tmp_path_factory) -> Path:
+    """A finished quick bprmf run (its checkpoint makes --out taken)."""
+    out = tmp_path_factory.mktemp("finished") / "run"
+    assert run_cli(main, ["--data", str(tiny_dataset_dir), "--out", str(out), *QUICK]) == 0
+    return out
+
+
+def bad_cases(data: Path, tmp: Path, finished: Path) -> list[tuple[str, list[str], str]]:
+    (tmp / "bad.yaml").write_text("model: kgat\nbits: [2\nepochs: 3\n")
+    (tmp / "unknown.yaml").write_text("model: kgat\nlearning_rate: 0.1\n")
+    (tmp / "not_a_dataset").mkdir()
+    new = ["--out", str(tmp / "new")]
+    return [
+        ("missing-dataset", ["--data", str(tmp / "nope"), *new], "no such dataset dir"),
+        ("not-ingested", ["--data", str(tmp / "not_a_dataset"), *new], "not a dataset dir (no metadata.json)"),
+        ("no-dataset", new, "no dataset given: pass --data DIR"),
+        ("unknown-model", ["--data", str(data), "--model", "gcn", *new], "unknown model 'gcn': choose one of kgat, kgin"),
+        ("bits", ["--data", str(data), "--bits", "3", *new], "'bits' must be one of 1, 2, 4, 8, 32 (got 3)"),
+        ("bits-not-a-number", ["--data", str(data), "--bits", "two", *new], "'bits' needs an integer (got 'two')"),
+        ("malformed-yaml", ["--data", str(data), "--config", str(tmp / "bad.yaml"), *new], "bad.yaml:3: not valid YAML"),
+        ("unknown-key", ["--data", str(data), "--config", str(tmp / "unknown.yaml"), *new], "unknown.yaml: unknown setting(s) learning_rate"),
+        ("missing-config", ["--data", str(data), "--config", str(tmp / "nope.yaml"), *new], "nope.yaml: config file not found"),
+        ("bad-set", ["--data", str(data), "--set", "alpha", *new], "--set needs KEY=VALUE (got 'alpha')"),
+        ("out-taken", ["--data", str(data), "--out", str(finished)], "already holds a checkpoint of an earlier run: pass --resume"),
+        ("resume-changed", ["--data", str(data), "--out", str(finished), "--resume", "--lr", "0.5"], "cannot resume with changed settings (lr: 0.001 -> 0.5)"),
+        ("cuda-without-gpu", ["--data", str(data), "--device", "tpu", *new], "'device' must be one of auto, cpu, cuda"),
+    ]  # fmt: skip
+
+
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(
+    tiny_dataset_dir, finished_run, tmp_path, capsys
+):
+    store = tmp_path / "store" / "mlflow.db"
+    for name, argv, message in bad_cases(tiny_dataset_dir, tmp_path, finished_run):
+        before_tmp, before_run = snapshot(tmp_path), snapshot(finished_run)
+        code, out, err = run([*argv, "--tracking-uri", f"sqlite:///{store}"], capsys)
+        assert code == 2, name
+        assert err.count("\n") == 1 and err.startswith("error: ") and message in err, (name, err)
+        assert out == "", name
+        assert snapshot(tmp_path) == before_tmp, name  # no run dir, no MLflow store
+        assert snapshot(finished_run) == before_run, name
+
+
+def test_config_file_with_command_line_overrides(tiny_dataset_dir, tmp_path, capsys):
+    config = tmp_path / "c.yaml"
+    config.write_text("model: lightgcn\nembed_dim: 4\nlr: 1e-2\neval_ks: [10]\nlayers_unused: 1\n")
+    code, _, err = run(["--config", str(config), "--data", str(tiny_dataset_dir)], capsys)
+    assert code == 2 and "unknown setting(s) layers_unused" in err
+    config.write_text("model: lightgcn\nembed_dim: 4\nlr: 1e-2\neval_ks: [10]\nbits: 8\n")
+    out_dir = tmp_path / "run"
+    argv = ["--config", str(config), "--data", str(tiny_dataset_dir), "--out", str(out_dir),
+            "--bits", "32", "--model", "bprmf", "--epochs", "1", "--max-batches-per-epoch", "1",
+            "--eval-ks", "5,20", "--set", "negative_slope=0.3", "--no-mlflow"]  # fmt: skip
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+    metrics = json.loads((out_dir / "metrics.json").read_text())
+    config_used = metrics["config"]
+    assert (config_used["model"], config_used["bits"], config_used["embed_dim"]) == ("bprmf", 32, 4)
+    assert config_used["lr"] == 0.01 and config_used["eval_ks"] == [5, 20]
+    assert config_used["extra"] == {"negative_slope": 0.3}
+    assert {"recall@5", "ndcg@5", "recall@20", "ndcg@20"} <= metrics.keys()
+    assert "test recall@20" in out and f"metrics: {out_dir / 'metrics.json'}" in out
+
+
+def test_a_run_logs_to_mlflow_and_says_where(tiny_dataset_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default store is ./mlflow.db
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    argv = ["--data", str(tiny_dataset_dir), "--out", "run", "--experiment", "cli", *QUICK[:-1]]
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+    store = f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
+    assert f"in experiment 'cli' at {store}" in out
+    run_id = json.loads((tmp_path / "run" / "mlflow_run.json").read_text())["run_id"]
+    client = MlflowClient(store)
+    logged = client.get_run(run_id)
+    assert logged.info.status == "FINISHED" and f"mlflow:  run {run_id}" in out
+    assert (
+        logged.data.params["model"] == "bprmf"
+        and logged.data.params["max_batches_per_epoch"] == "2"
+    )
+    assert [m.step for m in client.get_metric_history(run_id, "recall_at_20")] == [0, 1]
+    assert len(client.get_metric_history(run_id, "epoch_seconds")) == 2
+    assert {"test_recall_at_20", "activation_bytes", "peak_rss_bytes"} <= logged.data.metrics.keys()
+    assert {a.path for a in client.list_artifacts(run_id)} == {
+        "config.yaml", "metrics.json", "activation_memory.csv", "activation_memory.png",
+    }  # fmt: skip
+
+
+def train_command(data: Path, out: Path, store: Path, epochs: int) -> list[str]:
+    return [sys.executable, "-m", "pipelines.train", "--data", str(data), "--out", str(out),
+            "--model", "bprmf", "--bits", "2", "--epochs", str(epochs), "--seed", "5",
+            "--embed-dim", "16", "--batch-size", "64", "--max-batches-per-epoch", "12",
+            "--device", "cpu", "--tracking-uri", f"sqlite:///{store}"]  # fmt: skip
+
+
+COMPARED = ("recall@20", "ndcg@20", "train_loss", "valid_history", "best_epoch", "best_valid",
+            "activation_bytes", "epochs_trained")  # fmt: skip
+
+
+def test_kill_9_then_resume_ends_with_the_uninterrupted_metrics(tiny_dataset_dir, tmp_path):
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    store, epochs = tmp_path / "mlflow.db", 6
+    whole = tmp_path / "whole"
+    subprocess.run(train_command(tiny_dataset_dir, whole, store, epochs), cwd=REPO_ROOT, env=env,
+                   check=True, capture_output=True, timeout=300)  # fmt: skip
+
+    killed = tmp_path / "killed"
+    process = subprocess.Popen(
+        train_command(tiny_dataset_dir, killed, store, epochs), cwd=REPO_ROOT, env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not (killed / "checkpoint.pt").exists() and process.poll() is None:
+        assert time.monotonic() < deadline, "no checkpoint appeared"
+        time.sleep(0.005)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(timeout=60)
+    assert process.returncode == -signal.SIGKILL
+    assert not (killed / "metrics.json").exists(), "the run finished before it was killed"
+
+    resumed = subprocess.run(
+        [*train_command(tiny_dataset_dir, killed, store, epochs), "--resume"], cwd=REPO_ROOT,
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resumed at epoch" in resumed.stdout
+    expected = json.loads((whole / "metrics.json").read_text())
+    got = json.loads((killed / "metrics.json").read_text())
+    assert got["resumed_at_epoch"] >= 1
+    assert {k: got[k] for k in COMPARED} == {k: expected[k] for k in COMPARED}
+    assert len(got["epoch_seconds"]) == epochs
+
+    client = MlflowClient(f"sqlite:///{store}")
+    run_id = json.loads((killed / "mlflow_run.json").read_text())["run_id"]
+    logged = client.get_run(run_id)  # the same MLflow run, reopened and finished
+    assert logged.info.status == "FINISHED" and logged.data.tags["resumed"] == "true"
+    steps = {m.step for m in client.get_metric_history(run_id, "train_loss")}
+    assert steps == set(range(epochs))
