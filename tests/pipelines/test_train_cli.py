@@ -172,3 +172,12 @@ def test_kill_9_then_resume_ends_with_the_uninterrupted_metrics(tiny_dataset_dir
     assert logged.info.status == "FINISHED" and logged.data.tags["resumed"] == "true"
     steps = {m.step for m in client.get_metric_history(run_id, "train_loss")}
     assert steps == set(range(epochs))
+
+
+@pytest.mark.parametrize("name", ["kgat", "kgin", "kgcn", "lightgcn", "bprmf", "quick"])
+def test_example_configs_load_and_build(name, tiny_dataset_dir):
+    from tinykg_train.config import TrainConfig
+    from tinykg_train.models import build_model
+
+    config = TrainConfig.from_yaml(REPO_ROOT / "configs" / f"{name}.yaml", {"data": "d"})
+    assert build_model(config.model, tiny_dataset_dir, config).n_items > 0
