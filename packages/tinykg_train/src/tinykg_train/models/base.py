@@ -55,6 +55,12 @@ class Recommender(nn.Module):
     def device(self) -> torch.device:
         return next(self.parameters()).device
 
+    def set_compression(self, compression: CompressionConfig) -> None:
+        """Use another `CompressionConfig` from now on, in this model and every layer of it."""
+        for module in self.modules():
+            if hasattr(module, "compression"):
+                module.compression = compression
+
     def on_epoch_start(self, epoch: int) -> None:
         """Called by the trainer before each epoch's first step (KGAT refreshes its attention)."""
 

@@ -22,6 +22,7 @@ from tinykg_train.models.base import EmbeddingRecommender
 from tinykg_train.models.graphs import FIRST_KG_RELATION, INTERACT, ckg_edges, sort_by_relation
 from tinykg_train.models.layers import BiInteractionLayer, xavier_parameter
 from tinykg_train.models.losses import l2_penalty
+from tinykg_train.models.sparse import CSRGraph
 
 #: Edges scored at a time when refreshing the attention (bounds its memory to ~2^18 x dim floats).
 ATTENTION_CHUNK = 1 << 18
@@ -77,7 +78,11 @@ class KGAT(EmbeddingRecommender):
             order[interact_start : interact_start + counts[INTERACT]].clone(),
             persistent=False,
         )
+        self.graph = CSRGraph(edges.edge_index, self.num_nodes)
         self.register_buffer("attention", torch.empty(edges.num_edges), persistent=False)
+        self.register_buffer(
+            "attention_entries", torch.empty(self.graph.num_entries), persistent=False
+        )
         self.refresh_attention()
 
     # -- attention ---------------------------------------------------------------------------------
@@ -112,6 +117,7 @@ class KGAT(EmbeddingRecommender):
         self.attention.copy_(
             ops.edge_softmax(scores, self.edge_index[1], self.num_nodes, config=self.compression)
         )
+        self.attention_entries.copy_(self.graph.values(self.attention))
 
     # -- CF phase ----------------------------------------------------------------------------------
 
@@ -120,7 +126,7 @@ class KGAT(EmbeddingRecommender):
         x = self.node_embedding
         outputs = [x]
         for layer in self.layers:
-            x, normalized = layer(x, self.edge_index, self.attention, self.num_nodes)
+            x, normalized = layer(x, self.graph, self.attention_entries)
             outputs.append(normalized)
         final = torch.cat(outputs, dim=1)
         return final[self.n_entities :], final[: self.n_items]

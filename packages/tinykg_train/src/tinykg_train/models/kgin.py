@@ -23,6 +23,7 @@ from tinykg_train.errors import ConfigError
 from tinykg_train.models.base import EmbeddingRecommender
 from tinykg_train.models.graphs import ckg_edges, item_to_user_mean, kg_only
 from tinykg_train.models.layers import RelationalPathLayer, xavier_parameter
+from tinykg_train.models.sparse import CSRGraph
 
 INDEPENDENCE = ("distance", "cosine")
 
@@ -86,8 +87,10 @@ class KGIN(EmbeddingRecommender):
         )
         self.register_buffer("kg_edge_index", kg.edge_index)
         self.register_buffer("kg_relation", kg.relation)
-        self.register_buffer("ui_edge_index", interactions.edge_index)
-        self.register_buffer("ui_weight", interactions.weight)
+        self.ui_graph = CSRGraph(interactions.edge_index, self.n_users, self.n_entities)
+        self.register_buffer(
+            "ui_weight", self.ui_graph.values(interactions.weight), persistent=False
+        )
 
     # -- propagation -------------------------------------------------------------------------------
 
@@ -100,20 +103,20 @@ class KGIN(EmbeddingRecommender):
         keep = torch.randperm(n, device=self.kg_relation.device)[: int(n * (1 - rate))]
         return self.kg_edge_index[:, keep], self.kg_relation[keep]
 
-    def interaction_edges(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Item -> user edges of this step: dropped at `edge_dropout`, survivors scaled up to match."""
+    def interaction_weights(self) -> torch.Tensor:
+        """Item -> user weights of this step: dropped at `edge_dropout`, survivors scaled to match."""
         rate = self.extra["edge_dropout"]
         if not self.training or rate == 0:
-            return self.ui_edge_index, self.ui_weight
+            return self.ui_weight
         keep = torch.rand(self.ui_weight.shape, device=self.ui_weight.device) >= rate
-        return self.ui_edge_index[:, keep], self.ui_weight[keep] / (1 - rate)
+        return self.ui_weight * keep / (1 - rate)
 
     def intents(self) -> torch.Tensor:
         """Intent vectors `[n_intents, dim]`: attentive combinations of relation embeddings."""
         return F.softmax(self.intent_relation_logits, dim=-1) @ self.relation_embedding
 
     def propagate(self) -> tuple[torch.Tensor, torch.Tensor]:
-        graph = (*self.kg_edges(), *self.interaction_edges())
+        graph = (*self.kg_edges(), self.ui_graph, self.interaction_weights())
         intents = self.intents()
         user, entity = self.user_embedding, self.entity_embedding
         user_sum, entity_sum = user, entity

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from tinykg_train.compress import CompressionConfig, ops
+from tinykg_train.models.sparse import CSRGraph
 
 
 def xavier_parameter(*shape: int) -> nn.Parameter:
@@ -27,14 +28,10 @@ def xavier_linear(in_dim: int, out_dim: int) -> nn.Linear:
 
 
 class LinearPropagation(nn.Module):
-    """One LightGCN round: `x <- A_hat x` (no weights, no nonlinearity)."""
+    """One LightGCN round: `x <- A_hat x` (no weights, no nonlinearity; nothing saved of x)."""
 
-    def __init__(self, compression: CompressionConfig) -> None:
-        super().__init__()
-        self.compression = compression
-
-    def forward(self, x, edge_index, edge_weight, num_nodes: int) -> torch.Tensor:
-        return ops.spmm(edge_index, x, num_nodes, edge_weight, config=self.compression)
+    def forward(self, x, graph: CSRGraph, values: torch.Tensor) -> torch.Tensor:
+        return graph(x, values)
 
 
 class BiInteractionLayer(nn.Module):
@@ -61,10 +58,11 @@ class BiInteractionLayer(nn.Module):
         self.compression = compression
 
     def forward(
-        self, ego, edge_index, attention, num_nodes: int
+        self, ego, graph: CSRGraph, attention: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`attention`: the graph's matrix entries (`graph.values(per-edge attention)`)."""
         c, slope = self.compression, self.negative_slope
-        neighbors = ops.spmm(edge_index, ego, num_nodes, attention, config=c)
+        neighbors = graph(ego, attention)
         summed = ops.linear(ego + neighbors, self.sum_linear.weight, self.sum_linear.bias, config=c)
         product = ops.mul(ego, neighbors, config=c)
         product = ops.linear(
@@ -103,9 +101,9 @@ class RelationalPathLayer(nn.Module):
         degree = torch.bincount(heads, minlength=entity.shape[0]).clamp(min=1)
         return summed / degree.unsqueeze(1).to(summed.dtype)
 
-    def user_update(self, user, entity, queries, intents, ui_index, ui_weight) -> torch.Tensor:
+    def user_update(self, user, entity, queries, intents, ui_graph, ui_values) -> torch.Tensor:
         c = self.compression
-        item_mean = ops.spmm(ui_index, entity, self.n_users, ui_weight, config=c)
+        item_mean = ui_graph(entity, ui_values)
         preference = torch.softmax(ops.linear(user, queries, config=c), dim=1)  # beta(u, p)
         intent_mix = ops.linear(preference, intents.T, config=c)
         return ops.mul(item_mean, intent_mix, config=c) + item_mean
@@ -113,10 +111,10 @@ class RelationalPathLayer(nn.Module):
     def forward(
         self, user, entity, queries, intents, relation_embedding, graph
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`graph` = (kg_index, kg_relation, ui_index, ui_weight) of this step."""
+        """`graph` = (kg_index, kg_relation, ui_graph, ui_values) of this step."""
         c = self.compression
-        kg_index, kg_relation, ui_index, ui_weight = graph
-        user = self.user_update(user, entity, queries, intents, ui_index, ui_weight)
+        kg_index, kg_relation, ui_graph, ui_values = graph
+        user = self.user_update(user, entity, queries, intents, ui_graph, ui_values)
         entity = self.relational_mean(entity, relation_embedding, kg_index, kg_relation)
         user = ops.dropout(user, self.dropout, self.training, config=c)
         entity = ops.dropout(entity, self.dropout, self.training, config=c)

@@ -8,6 +8,7 @@ from torch import nn
 from tinykg_train.models.base import EmbeddingRecommender
 from tinykg_train.models.graphs import user_item_graph
 from tinykg_train.models.layers import LinearPropagation
+from tinykg_train.models.sparse import CSRGraph
 
 
 class LightGCN(EmbeddingRecommender):
@@ -18,21 +19,19 @@ class LightGCN(EmbeddingRecommender):
 
     def __init__(self, dataset, config) -> None:
         super().__init__(dataset, config)
-        self.layers = nn.ModuleList(
-            LinearPropagation(self.compression) for _ in range(config.n_layers)
-        )
+        self.layers = nn.ModuleList(LinearPropagation() for _ in range(config.n_layers))
         graph = user_item_graph(dataset)
         self.num_nodes = graph.num_nodes
         self.embedding = nn.Parameter(torch.empty(self.num_nodes, self.embed_dim))
         nn.init.normal_(self.embedding, std=0.1)
-        self.register_buffer("edge_index", graph.edge_index)
-        self.register_buffer("edge_weight", graph.weight)
+        self.graph = CSRGraph(graph.edge_index, self.num_nodes)
+        self.register_buffer("adjacency", self.graph.values(graph.weight), persistent=False)
 
     def propagate(self) -> tuple[torch.Tensor, torch.Tensor]:
         x = self.embedding
         total = x
         for layer in self.layers:
-            x = layer(x, self.edge_index, self.edge_weight, self.num_nodes)
+            x = layer(x, self.graph, self.adjacency)
             total = total + x
         final = total / (len(self.layers) + 1)
         return final[self.n_items :], final[: self.n_items]
