@@ -215,3 +215,13 @@ def test_checkpoint_holds_rng_states_and_loads_weights_only(tiny_dataset_dir, tm
     assert set(checkpoint["rng"]) == {"torch", "cuda", "numpy", "python"}
     assert checkpoint["config"]["lr"] == 0.05
     assert set(checkpoint["model"]) == {"users", "entities", "relations"}
+
+
+@pytest.mark.cuda
+def test_training_on_cuda_reports_the_allocator_peak_and_resumes(tiny_dataset_dir, tmp_path):
+    config = tiny_config(tiny_dataset_dir, tmp_path / "run", device="cuda", bits=2, epochs=1)
+    first = train(config, model_builder=mf_builder)
+    assert first["device"].startswith("cuda") and first["cuda_max_memory_allocated"] > 0
+    resumed = train(config.with_overrides(epochs=2, resume=True), model_builder=mf_builder)
+    assert resumed["resumed_at_epoch"] == 1 and resumed["epochs_trained"] == 2
+    assert resumed["train_loss"][0] == first["train_loss"][0]
