@@ -52,7 +52,9 @@ def test_gradients_at_2_bits_are_unbiased_and_round_to_nearest_is_not(grad_tools
     exact = grad_tools.gradients(torch.mul, (a, b), probe)
     for stochastic, check in ((True, lambda r: r < 2.0), (False, lambda r: r > 10.0)):
         config = CompressionConfig(bits=2, stochastic=stochastic)
-        samples = grad_tools.draws(lambda a, b: mul(a, b, config=config), (a, b), probe, range(64))
+        samples = grad_tools.draws(
+            lambda a, b, c=config: mul(a, b, config=c), (a, b), probe, range(64)
+        )
         for position in (0, 1):
             ratio = grad_tools.bias_ratio([s[position] for s in samples], exact[position])
             assert check(ratio), (stochastic, position, ratio)

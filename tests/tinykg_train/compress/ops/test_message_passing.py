@@ -91,7 +91,9 @@ def test_gradients_at_2_bits_are_unbiased_and_round_to_nearest_is_not(grad_tools
     exact = grad_tools.gradients(lambda x, w: op(x, w, CompressionConfig()), (x, weight), probe)
     for stochastic, check in ((True, lambda r: r < 2.0), (False, lambda r: r > 10.0)):
         config = CompressionConfig(bits=2, stochastic=stochastic)
-        samples = grad_tools.draws(lambda x, w: op(x, w, config), (x, weight), probe, range(64))
+        samples = grad_tools.draws(
+            lambda x, w, c=config: op(x, w, c), (x, weight), probe, range(64)
+        )
         for position in (0, 1):  # grad x reads the saved weights, grad weight the saved x
             ratio = grad_tools.bias_ratio([s[position] for s in samples], exact[position])
             assert check(ratio), (stochastic, position, ratio)

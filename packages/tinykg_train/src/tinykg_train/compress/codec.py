@@ -16,6 +16,7 @@ import torch
 
 from tinykg_train.compress import stack
 from tinykg_train.compress.config import CompressionConfig
+from tinykg_train.compress.masks import PackedMask
 
 
 def _kernels() -> Any:
@@ -34,34 +35,45 @@ class Projection:
 
 @dataclass(frozen=True)
 class Compressed:
-    """A float tensor stored quantized (after a random projection when `projection` is set)."""
+    """A float tensor stored quantized (after a random projection when `projection` is set).
+
+    With `positive` (a `PackedMask` of x > 0, for ReLU outputs) the decoded values keep the exact
+    sign pattern: zeros stay 0 and positives stay > 0 (a positive rounded down to 0 decodes as the
+    smallest normal float, a bias of 1e-38), so a ReLU backward that reads `result > 0` is exact.
+    """
 
     quantized: Any  # tinykg_kernels.QuantizedTensor
     projection: Projection | None = None
+    positive: PackedMask | None = None
 
     def decode(self) -> torch.Tensor:
         kernels = _kernels()
         values = kernels.dequantize(self.quantized)
         if self.projection is not None:
             values = kernels.unproject(values, self.projection.dim, self.projection.seed)
+        if self.positive is not None:
+            tiny = torch.finfo(values.dtype).tiny
+            values = torch.where(self.positive.decode(), values.clamp_min(tiny), 0.0)
         return values
 
     @property
     def nbytes(self) -> int:
-        return int(self.quantized.nbytes)
+        return sum(t.numel() * t.element_size() for t in self.parts())
 
     def parts(self) -> tuple[torch.Tensor, ...]:
-        return tuple(self.quantized.tensors())
+        mask = () if self.positive is None else self.positive.parts()
+        return (*self.quantized.tensors(), *mask)
 
-    def meta(self) -> tuple[Any, Projection | None]:
-        return (self.quantized.meta, self.projection)
+    def meta(self) -> tuple[Any, Projection | None, torch.Size | None]:
+        mask = None if self.positive is None else self.positive.meta()
+        return (self.quantized.meta, self.projection, mask)
 
     @classmethod
-    def rebuild(
-        cls, meta: tuple[Any, Projection | None], parts: tuple[torch.Tensor, ...]
-    ) -> Compressed:
-        quantized_meta, projection = meta
-        return cls(_kernels().QuantizedTensor.from_tensors(quantized_meta, parts), projection)
+    def rebuild(cls, meta: tuple, parts: tuple[torch.Tensor, ...]) -> Compressed:
+        quantized_meta, projection, mask_shape = meta
+        quantized = _kernels().QuantizedTensor.from_tensors(quantized_meta, parts[:3])
+        positive = None if mask_shape is None else PackedMask.rebuild(mask_shape, parts[3:])
+        return cls(quantized, projection, positive)
 
 
 def worth_compressing(tensor: torch.Tensor, config: CompressionConfig) -> bool:
@@ -76,7 +88,9 @@ def _random_seed() -> int:
     return int(torch.randint(0, 2**31 - 1, (), dtype=torch.int64))
 
 
-def _compress(tensor: torch.Tensor, config: CompressionConfig, project: bool) -> Compressed:
+def _compress(
+    tensor: torch.Tensor, config: CompressionConfig, project: bool, exact_positives: bool
+) -> Compressed:
     kernels = _kernels()
     projection = None
     values = tensor.detach()
@@ -93,22 +107,30 @@ def _compress(tensor: torch.Tensor, config: CompressionConfig, project: bool) ->
         seed=None,
         scheme=config.scheme,
     )
-    return Compressed(quantized, projection)
+    positive = PackedMask.pack(values > 0) if exact_positives else None
+    return Compressed(quantized, projection, positive)
 
 
 def compress(
-    tensor: torch.Tensor | None, config: CompressionConfig, *, project: bool = False
+    tensor: torch.Tensor | None,
+    config: CompressionConfig,
+    *,
+    project: bool = False,
+    exact_positives: bool = False,
 ) -> torch.Tensor | Compressed | None:
     """`tensor` compressed per `config`, or the tensor itself when it is not worth compressing.
 
-    `project=True` (linear inputs) applies the config's random projection first. Inside a
+    `project=True` (linear inputs) applies the config's random projection first;
+    `exact_positives=True` (ReLU outputs) also keeps a 1-bit mask of x > 0 (see `Compressed`). Inside a
     `compress_saved_tensors` or `ActivationMeter` block the same tensor version is compressed once,
     however many ops save it.
     """
     if tensor is None or not worth_compressing(tensor, config):
         return tensor
     return stack.cached(
-        ("compress", config, project), tensor, lambda t: _compress(t, config, project)
+        ("compress", config, project, exact_positives),
+        tensor,
+        lambda t: _compress(t, config, project, exact_positives),
     )
 
 

@@ -5,6 +5,11 @@ at least `min_numel` elements quantized (`codec.compress`), bool tensors bit-pac
 kept; parameters and module buffers are kept as they are (they persist anyway, so a compressed copy
 would only add memory and error). A tensor saved twice is stored once. Tensors that the ops of
 `tinykg_train.compress.ops` already compressed pass through.
+
+ReLU outputs (a ReLU saves its output and reads `result > 0` in backward) also keep a 1-bit sign
+mask, so that mask stays exact. Ops that branch on the sign of a saved *input* (LeakyReLU, ...) cannot
+be recognised from the tensor: near zero their gradient may take the other branch. Use
+`ops.leaky_relu` (exact 1-bit mask) in models; hooks mode is the fallback for everything else.
 """
 
 from __future__ import annotations
@@ -20,23 +25,31 @@ from tinykg_train.compress.codec import compress, worth_compressing
 from tinykg_train.compress.config import CompressionConfig
 from tinykg_train.compress.masks import PackedMask
 
+# Nodes that save their output and branch on its sign in backward (`result > 0`).
+_SIGN_READING_OUTPUTS = frozenset({"ReluBackward0", "ReluBackward1"})
+
+
+def _is_relu_output(tensor: torch.Tensor) -> bool:
+    return type(tensor.grad_fn).__name__ in _SIGN_READING_OUTPUTS
+
 
 class Compressor(stack.SavedTensorLayer):
-    """The encoding layer of `compress_saved_tensors`."""
+    """The encoding layer of `compress_saved_tensors` (the innermost one encodes; bits=32: off)."""
+
+    encodes = True
 
     def __init__(self, config: CompressionConfig) -> None:
         self.config = config
-        self.encodes = config.enabled
 
     def encode(self, tensor: torch.Tensor) -> Any:
-        if tensor.layout != torch.strided:
+        if not self.config.enabled or tensor.layout != torch.strided:
             return tensor
         if tensor.dtype == torch.bool:
             if tensor.numel() < max(self.config.min_numel, 1):
                 return tensor
             return stack.cached("mask", tensor, PackedMask.pack)
         if worth_compressing(tensor, self.config):
-            return compress(tensor, self.config)
+            return compress(tensor, self.config, exact_positives=_is_relu_output(tensor))
         return tensor
 
 

@@ -131,6 +131,11 @@ def _pack(tensor: torch.Tensor) -> Any:
         encoder = next((layer for layer in reversed(_state.layers) if layer.encodes), None)
         if encoder is not None:
             stored = encoder.encode(tensor)
+    if stored is tensor:
+        # Never store the tensor object itself: an op's saved *output* would then hold its own
+        # grad_fn, a C++/Python reference cycle that leaks the whole graph. A detached alias
+        # shares the storage (and the version counter autograd checks) without the cycle.
+        stored = tensor.detach()
     for layer in _state.layers:
         layer.observe(tensor, stored)
     return stored

@@ -1,0 +1,41 @@
+import dataclasses
+
+import pytest
+
+from tinykg_train.compress import CompressionConfig
+from tinykg_train.errors import ConfigError
+
+
+def test_defaults_mean_no_compression_and_the_config_is_frozen():
+    config = CompressionConfig()
+    assert config.bits == 32 and not config.enabled
+    assert CompressionConfig(bits=2).enabled
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.bits = 2
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"bits": 3}, "'bits' must be one of 1, 2, 4, 8, 32"),
+        ({"bits": 2, "group_size": 0}, "'group_size' needs to be a positive integer"),
+        ({"bits": 2, "group_size": True}, "'group_size' needs to be a positive integer"),
+        ({"scheme": "log"}, "'scheme' must be one of uniform, normal"),
+        ({"bits": 4, "scheme": "normal"}, "scheme 'normal' has 2-bit levels only"),
+        ({"projection_ratio": 1.0}, r"'projection_ratio' needs to be in \(0, 1\)"),
+        ({"min_numel": -1}, "'min_numel' needs to be an integer >= 0"),
+    ],
+)
+def test_invalid_settings_raise_one_line_config_errors(kwargs, message):
+    with pytest.raises(ConfigError, match=message) as info:
+        CompressionConfig(**kwargs)
+    assert "\n" not in str(info.value)
+
+
+def test_grouping_is_per_row_for_matrices_and_blocks_otherwise():
+    config = CompressionConfig(bits=2)
+    assert config.group_for((100, 64)) is None
+    assert config.group_for((8, 100, 64)) is None
+    assert config.group_for((1000,)) == 256  # per-edge weights: one outlier spoils one block
+    assert config.group_for((1000, 4)) == 256  # rows too short to carry their own scales
+    assert CompressionConfig(bits=2, group_size=64).group_for((100, 64)) == 64
