@@ -95,6 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="ASHA early stopping on valid recall@20 (settings from the config's asha:, else grace 1, factor 2)",
     )
     parser.add_argument(
+        "--model-builder",
+        metavar="MODULE:FUNCTION",
+        help="build models with your own build_model(name, dataset, config) (default tinykg_train.models)",
+    )
+    parser.add_argument(
         "--out",
         default="runs/sweeps",
         metavar="DIR",
@@ -145,6 +150,7 @@ def spec_from_args(args: argparse.Namespace):
             "resources.cpu": args.cpus_per_trial,
             "resources.gpu": args.gpus_per_trial,
             "asha": args.asha,
+            "model_builder": args.model_builder,
         },
     )
     return spec_from_mapping(values, source=args.config or "command line")

@@ -28,3 +28,26 @@ def crash_seed_1_kill_seed_2(name, dataset, config):
 
 def crash_always(name, dataset, config):
     raise RuntimeError(f"simulated crash of every trial ({name}, seed {config.seed})")
+
+
+def valid_items_last_for_seed_1(name, dataset, config):
+    """The real model; for seed 1 its scores put every user's valid items last (valid Recall@20 = 0),
+    so ASHA stops that trial at its first rung when a normal trial got there first."""
+    import torch
+
+    from tinykg_train.models import build_model
+
+    model = build_model(name, dataset, config)
+    if config.seed != 1:
+        return model
+    valid = torch.zeros(dataset.n_users, dataset.n_items, dtype=torch.bool)
+    pairs = torch.as_tensor(dataset.pairs("valid"))
+    valid[pairs[:, 0], pairs[:, 1]] = True
+    score_users = model.score_users
+
+    def scores_with_valid_items_last(users):
+        scores = score_users(users)
+        return scores.masked_fill(valid[users.cpu()].to(scores.device), -1e9)
+
+    model.score_users = scores_with_valid_items_last
+    return model

@@ -4,10 +4,11 @@
 Parts: `spec` (search space and settings, checked up front), `overrides` (command-line edits),
 `trial` (one trial = `trainer.train` + Tune reports + an MLflow child run), `cluster` (which Ray),
 `mlflow_runs` (experiment, parent, settling leftover runs), `summary` and `pareto` (the results),
-`driver` (all of it in order).
+`outcome` (reconciling Tune and MLflow at the end), `driver` (all of it in order).
 """
 
-from tinykg_train.sweep.driver import SweepOutcome, run_sweep
+from tinykg_train.sweep.driver import run_sweep
+from tinykg_train.sweep.outcome import SweepOutcome
 from tinykg_train.sweep.pareto import pareto_front
 from tinykg_train.sweep.spec import Asha, Axis, SweepSpec, spec_from_mapping
 

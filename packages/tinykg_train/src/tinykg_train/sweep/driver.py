@@ -1,77 +1,30 @@
-"""`run_sweep`: the driver of a sweep — MLflow parent run, Ray Tune trials, summary table, Pareto chart.
+"""`run_sweep`: the driver of a sweep — MLflow parent run, Ray Tune trials, then the outcome.
 
 The sweep dir `<out>/<name>` is Tune's experiment dir; beside Tune's files it holds `sweep.json`
 (spec, dataset, tracking URI, MLflow ids: what `--resume` needs), `runs/<trial id>/` (each trial's run
-dir), `summary.csv`, `summary.txt` and `pareto.png` (also logged to the parent run).
+dir), `summary.csv`, `summary.txt` and `pareto.png` (also logged to the parent run; see outcome.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tinykg_train.errors import ConfigError, TinyKGError
-from tinykg_train.run_dir import write_json_atomic, write_text_atomic
+from tinykg_train.errors import ConfigError
+from tinykg_train.run_dir import write_json_atomic
 from tinykg_train.sweep.cluster import check_resources, in_ray_job, ray_connection
-from tinykg_train.sweep.mlflow_runs import (
-    child_runs,
-    client_for,
-    ensure_experiment,
-    settle_children,
-    start_parent_run,
-)
-from tinykg_train.sweep.pareto import pareto_chart
+from tinykg_train.sweep.mlflow_runs import client_for, ensure_experiment, start_parent_run
+from tinykg_train.sweep.outcome import SweepOutcome, summarize, trial_outcomes
+from tinykg_train.sweep.reporting import STOP_METRIC
 from tinykg_train.sweep.spec import SweepSpec
-from tinykg_train.sweep.summary import TrialRow, format_table, mark_pareto, row_from_run, write_csv
-from tinykg_train.sweep.trial import STOP_METRIC, TrialNamer, TrialSetup, run_trial
+from tinykg_train.sweep.trial import TrialNamer, TrialSetup, run_trial
 from tinykg_train.tracking import absolute_uri, default_tracking_uri
 
 STATE_FILE = "sweep.json"
-
-
-@dataclass
-class SweepOutcome:
-    """What a sweep produced; `exit_code` is what the CLI returns."""
-
-    experiment_dir: Path
-    tracking_uri: str
-    experiment_id: str
-    parent_run_id: str
-    rows: list[TrialRow] = field(default_factory=list)
-    interrupted: bool = False
-    table: str = ""
-    artifacts: list[Path] = field(default_factory=list)
-
-    def count(self, status: str) -> int:
-        return sum(row.status == status for row in self.rows)
-
-    @property
-    def all_failed(self) -> bool:
-        return bool(self.rows) and self.count("FAILED") == len(self.rows)
-
-    @property
-    def exit_code(self) -> int:
-        if self.interrupted:
-            return 130
-        return 1 if self.all_failed or not self.rows else 0
-
-    def verdict(self) -> str:
-        counts = ", ".join(
-            f"{self.count(s)} {s.lower()}"
-            for s in ("FINISHED", "STOPPED", "FAILED", "KILLED")
-            if self.count(s)
-        )
-        line = f"{len(self.rows)} trial(s): {counts or 'none ran'}"
-        if self.interrupted:
-            return f"{line}; interrupted: continue it with the same command plus --resume"
-        if self.all_failed:
-            return f"{line}; every trial failed (errors above)"
-        return line
 
 
 @dataclass(frozen=True)
@@ -244,13 +197,9 @@ def run_sweep(
             echo(f"trials run on {where}; sweep dir {plan.experiment_dir}")
             check_resources(spec.cpus_per_trial, spec.gpus_per_trial)
             results = build_tuner(plan, setup, restore=resume).fit()
-        stopped = {
-            r.metrics["trial_id"]
-            for r in results
-            if r.error is None and "trial_id" in (r.metrics or {})
-        }
-        outcome.interrupted = results.num_terminated + results.num_errors < len(results)
-        _summarize(client, plan, outcome, stopped)
+        outcomes = trial_outcomes(results)
+        outcome.interrupted = any(o.state == "unfinished" for o in outcomes.values())
+        summarize(client, outcome, outcomes, setup, plan.spec)
     except KeyboardInterrupt:
         client.set_terminated(parent_run_id, status="KILLED")
         raise
@@ -263,46 +212,3 @@ def run_sweep(
         status = "FAILED" if outcome.all_failed or not outcome.rows else "FINISHED"
     client.set_terminated(parent_run_id, status=status)
     return outcome
-
-
-def _summarize(client, plan: SweepPlan, outcome: SweepOutcome, stopped: set[str]) -> None:
-    """Settle leftover runs, build the table and chart, log them to the parent run."""
-    from mlflow.entities import Metric
-
-    runs = child_runs(client, outcome.experiment_id, outcome.parent_run_id)
-    if settle_children(client, runs, stopped, outcome.interrupted):
-        runs = child_runs(client, outcome.experiment_id, outcome.parent_run_id)
-    swept = [axis.name for axis in plan.spec.axes]
-    outcome.rows = sorted((row_from_run(client, run, swept) for run in runs), key=lambda r: r.trial)
-    if not outcome.rows:
-        raise TinyKGError(
-            f"no trial of sweep {plan.spec.name!r} reached MLflow at {plan.tracking_uri}; see the Ray logs above"
-        )
-    mark_pareto(outcome.rows)
-    outcome.table = format_table(outcome.rows)
-    directory = plan.experiment_dir
-    artifacts = [
-        write_csv(directory / "summary.csv", outcome.rows),
-        write_text_atomic(
-            directory / "summary.txt", outcome.table + "\n" + outcome.verdict() + "\n"
-        ),
-        pareto_chart(
-            outcome.rows, directory / "pareto.png", f"{plan.spec.name}: memory vs Recall@20"
-        ),
-        plan.state_path,
-    ]
-    outcome.artifacts = [path for path in artifacts if path is not None]
-    for path in outcome.artifacts:
-        client.log_artifact(outcome.parent_run_id, str(path))
-    finished = [row.recall for row in outcome.rows if row.comparable]
-    metrics = {
-        f"n_{status.lower()}": float(outcome.count(status))
-        for status in ("FINISHED", "FAILED", "STOPPED")
-    }
-    metrics["n_trials"] = float(len(outcome.rows))
-    if finished:
-        metrics["best_test_recall_at_20"] = max(finished)
-    stamp = int(time.time() * 1000)
-    client.log_batch(
-        outcome.parent_run_id, metrics=[Metric(k, v, stamp, 0) for k, v in metrics.items()]
-    )

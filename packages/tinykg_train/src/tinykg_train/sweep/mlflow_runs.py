@@ -10,6 +10,7 @@ children a trial could not settle itself (its process was killed, or ASHA stoppe
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from tinykg_train.tracking import flatten_params, sqlite_path
@@ -71,27 +72,44 @@ def child_runs(client, experiment_id: str, parent_run_id: str) -> list:
             return runs
 
 
-def settle_children(
-    client, runs: Iterable, stopped_trial_ids: set[str], interrupted: bool
-) -> dict[str, str]:
-    """Close the child runs still RUNNING after Tune returned; returns {run_id: new status}.
+@dataclass(frozen=True)
+class TrialOutcome:
+    """How Tune saw one trial end: `done` (finished, or stopped by the scheduler), `error`, `unfinished`."""
 
-    A trial ASHA stopped early (its Tune status is TERMINATED) becomes KILLED with `stopped_by=asha`;
-    on an interrupted sweep the unfinished ones become KILLED (`--resume` reopens them); any other
-    RUNNING run lost its process (a kill, the OOM killer) and becomes FAILED with an `error` tag.
+    trial_id: str
+    state: str
+    error: str = ""
+    params: dict[str, Any] = field(default_factory=dict)  # the trial's sampled settings
+
+
+def settle_children(
+    client, runs: Iterable, outcomes: Mapping[str, TrialOutcome], interrupted: bool
+) -> dict[str, str]:
+    """Close the child runs a trial could not close itself; returns {run_id: new status}.
+
+    Tune saw the trial `done` but its run did not finish: ASHA stopped it (its worker may have been
+    torn down before the trial marked the run), so KILLED with `stopped_by=asha`. Of the runs still
+    RUNNING, a trial that errored lost its process (a kill, the OOM killer): FAILED with an `error`
+    tag; on an interrupted sweep the unfinished ones become KILLED (`--resume` reopens them); any
+    other is FAILED as well.
     """
     settled = {}
     for run in runs:
-        if run.info.status != "RUNNING":
+        run_id, status = run.info.run_id, run.info.status
+        outcome = outcomes.get(run.data.tags.get(TRIAL_TAG, ""))
+        state = outcome.state if outcome is not None else "unfinished"
+        if status == "FINISHED" or (status != "RUNNING" and state != "done"):
             continue
-        run_id, trial_id = run.info.run_id, run.data.tags.get(TRIAL_TAG)
-        if trial_id in stopped_trial_ids:
+        if state == "done":
+            if status == "KILLED" and run.data.tags.get(STOPPED_TAG):
+                continue
             client.set_tag(run_id, STOPPED_TAG, "asha")
             status = "KILLED"
-        elif interrupted:
+        elif state == "unfinished" and interrupted:
             status = "KILLED"
         else:
-            client.set_tag(run_id, ERROR_TAG, KILLED_MESSAGE)
+            detail = f": {outcome.error}" if outcome is not None and outcome.error else ""
+            client.set_tag(run_id, ERROR_TAG, (KILLED_MESSAGE + detail)[:500])
             status = "FAILED"
         client.set_terminated(run_id, status=status)
         settled[run_id] = status

@@ -9,7 +9,7 @@ on to Tune, which records the trial as errored while the other trials carry on.
 
 from __future__ import annotations
 
-import math
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,11 +17,10 @@ from typing import Any
 
 from tinykg_train.config import TrainConfig
 from tinykg_train.run_dir import RunDir
-from tinykg_train.sweep.mlflow_runs import ERROR_TAG, SWEEP_TAG, TRIAL_TAG, error_line
+from tinykg_train.sweep.mlflow_runs import ERROR_TAG, STOPPED_TAG, SWEEP_TAG, TRIAL_TAG, error_line
+from tinykg_train.sweep.reporting import StoppedByScheduler, TuneReporter
 from tinykg_train.sweep.spec import resolve_model_builder
 from tinykg_train.tracking import MlflowTracker
-
-STOP_METRIC = "recall@20"
 
 
 @dataclass(frozen=True)
@@ -55,18 +54,9 @@ class TrialNamer:
     __call__ = name
 
 
-def tune_report(report: Mapping[str, Any]) -> dict[str, float] | None:
-    """The numeric, finite part of an epoch report, `epoch` counted from 1; None before the first
-    evaluation (Tune's schedulers need valid Recall@20 in every result)."""
-    if not isinstance(report.get(STOP_METRIC), (int, float)):
-        return None
-    metrics = {
-        key: float(value)
-        for key, value in report.items()
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    }
-    metrics["epoch"] = int(report["epoch"]) + 1
-    return metrics
+def trial_id_of(path: str | Path) -> str:
+    """The trial id in a Tune trial folder named by `TrialNamer` ("<label>-<trial id>")."""
+    return Path(path).name.rsplit("-", 1)[-1]
 
 
 def run_trial(params: Mapping[str, Any], setup: TrialSetup) -> None:
@@ -89,24 +79,39 @@ def run_trial(params: Mapping[str, Any], setup: TrialSetup) -> None:
         {**settings, "out": str(run_dir.path), "resume": run_dir.checkpoint.exists()}
     )
 
-    def on_epoch(report: Mapping[str, Any]) -> None:
-        metrics = tune_report(report)
-        if metrics is not None:
-            tune.report(metrics)
-
+    reporter = TuneReporter(config.epochs)
     try:
         builder = resolve_model_builder(setup.model_builder) if setup.model_builder else None
-        train(config, tracker=tracker, on_epoch=on_epoch, model_builder=builder)
+        result = train(config, tracker=tracker, on_epoch=reporter.on_epoch, model_builder=builder)
+    except StoppedByScheduler:
+        mark_stopped(tracker)
+        raise SystemExit(0) from None  # what Tune's own report would have raised: end the thread
     except BaseException as exc:
         record_failure(tracker, config, run_dir, exc)
         raise
+    reporter.final(result)
+
+
+def mark_stopped(tracker: MlflowTracker) -> None:
+    """The run of a trial ASHA stopped: KILLED with `stopped_by=asha` (the trainer had marked it FAILED)."""
+    try:
+        tracker.client.set_tag(tracker.run_id, STOPPED_TAG, "asha")
+        tracker.client.set_terminated(tracker.run_id, status="KILLED")
+    except Exception as problem:  # the driver settles the run if this is cut short
+        print(f"could not mark the stopped trial in MLflow: {error_line(problem)}", file=sys.stderr)
 
 
 def record_failure(
     tracker: MlflowTracker, config: TrainConfig, run_dir: RunDir, exc: BaseException
 ) -> None:
-    """Make sure the trial has a FAILED run with the error as a tag, even if training never started it."""
-    if tracker.run_id is None:
-        tracker.start(config, run_dir.create(), "unknown (failed before training)")
-        tracker.fail("FAILED")
-    tracker.client.set_tag(tracker.run_id, ERROR_TAG, error_line(exc))
+    """Make sure the trial has a FAILED run with the error as a tag, even if training never started it.
+
+    Never raises: the training error is what Tune must see (an unreachable store is logged instead).
+    """
+    try:
+        if tracker.run_id is None:
+            tracker.start(config, run_dir.create(), "unknown (failed before training)")
+            tracker.fail("FAILED")
+        tracker.client.set_tag(tracker.run_id, ERROR_TAG, error_line(exc))
+    except Exception as problem:  # reporting must not replace the real error
+        print(f"could not record the failure in MLflow: {error_line(problem)}", file=sys.stderr)
