@@ -91,6 +91,12 @@ class KGAT(EmbeddingRecommender):
         self.refresh_attention()
 
     @torch.no_grad()
+    def prepare_scoring(self) -> None:
+        """Refresh the attention from the trained weights, then propagate (the original's order)."""
+        self.refresh_attention()
+        super().prepare_scoring()
+
+    @torch.no_grad()
     def refresh_attention(self) -> None:
         """pi(h, r, t) for every edge from the current weights, softmax-normalised per head `h`."""
         embedding = self.node_embedding.detach()
@@ -138,26 +144,39 @@ class KGAT(EmbeddingRecommender):
     # -- KG phase ----------------------------------------------------------------------------------
 
     def kg_loss(self, heads, relations, tails, neg_tails) -> torch.Tensor:
-        """TransR loss: -log sigmoid(f(corrupted) - f(true)), f = ||W_r e_h + e_r - W_r e_t||^2."""
+        """TransR loss on a KG batch, its inverse triples and as many sampled user-item triples."""
+        return self.transr_loss(*self.kg_phase_triples(heads, relations, tails, neg_tails))
+
+    def kg_phase_triples(self, heads, relations, tails, neg_tails) -> tuple[torch.Tensor, ...]:
+        """`(head, relation, tail, corrupted head, corrupted tail)` in CKG ids for one KG step.
+
+        KG triples `(h, r, t)` against `(h, r, t')`; their inverses `(t, r^-1, h)` against
+        `(t', r^-1, h)`; sampled `(u, interact, i)` against `(u, interact, j)` and
+        `(i, interacted-by, u)` against `(j, interacted-by, u)`, `j` a random item.
+        """
         R = self.n_kg_relations
         kg_relation = relations + FIRST_KG_RELATION
         users, items, neg_items = self.sample_interactions(len(heads))
-        # (head, relation, tail, corrupted head, corrupted tail) per family of triples.
-        pos_h = torch.cat([heads, tails, users, items])
-        rel = torch.cat(
-            [kg_relation, kg_relation + R, torch.zeros_like(users), torch.ones_like(users)]
+        interact = torch.full_like(users, INTERACT)
+        return (
+            torch.cat([heads, tails, users, items]),
+            torch.cat([kg_relation, kg_relation + R, interact, interact + 1]),
+            torch.cat([tails, heads, items, users]),
+            torch.cat([heads, neg_tails, users, neg_items]),
+            torch.cat([neg_tails, heads, neg_items, users]),
         )
-        pos_t = torch.cat([tails, heads, items, users])
-        neg_h = torch.cat([heads, neg_tails, users, neg_items])
-        neg_t = torch.cat([neg_tails, heads, neg_items, users])
-        projected = self.project(torch.stack([pos_h, pos_t, neg_h, neg_t]), rel)
-        relation_vectors = self.relation_embedding.index_select(0, rel)
+
+    def transr_loss(self, heads, relations, tails, neg_heads, neg_tails) -> torch.Tensor:
+        """Mean of -log sigmoid(f(corrupted) - f(true)), f = ||W_r e_h + e_r - W_r e_t||^2,
+        plus `l2` times the L2 penalty on the projected vectors and relation embeddings."""
+        projected = self.project(torch.stack([heads, tails, neg_heads, neg_tails]), relations)
+        relation_vectors = self.relation_embedding.index_select(0, relations)
         ph, pt, nh, nt = projected
         pos_score = (ph + relation_vectors - pt).pow(2).sum(-1)
         neg_score = (nh + relation_vectors - nt).pow(2).sum(-1)
         loss = nn.functional.softplus(pos_score - neg_score).mean()
         if self.l2 > 0:
-            loss = loss + self.l2 * l2_penalty([ph, relation_vectors, pt, nt])
+            loss = loss + self.l2 * l2_penalty([ph, relation_vectors, pt, nh, nt])
         return loss
 
     def sample_interactions(self, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

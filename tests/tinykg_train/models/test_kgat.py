@@ -1,0 +1,175 @@
+"""KGAT: attention (formula, softmax per head, refresh), TransR phase, propagation, ranking quality."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kg_data import CKG
+from tinykg_train.errors import ConfigError
+from tinykg_train.evaluate import RankingEvaluator
+from tinykg_train.models import build_model
+from tinykg_train.models.kgat import KGAT, default_layer_dims
+
+
+@pytest.fixture
+def kgat(tiny_dataset, make_config) -> KGAT:
+    torch.manual_seed(0)
+    return build_model("kgat", tiny_dataset, make_config(model="kgat"))
+
+
+def reference_attention(model: KGAT) -> torch.Tensor:
+    """pi(h, r, t) = (W_r e_t)^T tanh(W_r e_h + e_r) edge by edge, softmax over each head's edges."""
+    e = model.node_embedding.detach()
+    tails, heads = model.edge_index.long()
+    relation = model.edge_relation
+    W = model.transfer.detach()[relation]  # [E, d, k]
+    projected_h = torch.bmm(e[heads].unsqueeze(1), W).squeeze(1)
+    projected_t = torch.bmm(e[tails].unsqueeze(1), W).squeeze(1)
+    scores = (
+        projected_t * torch.tanh(projected_h + model.relation_embedding.detach()[relation])
+    ).sum(-1)
+    attention = torch.empty_like(scores)
+    for head in torch.unique(heads):
+        edges = (heads == head).nonzero().squeeze(1)
+        attention[edges] = torch.softmax(scores[edges], dim=0)
+    return attention
+
+
+def test_attention_is_the_papers_formula_normalised_per_head(kgat):
+    torch.testing.assert_close(kgat.attention, reference_attention(kgat), rtol=1e-4, atol=1e-6)
+    heads = kgat.edge_index[1].long()
+    per_head = torch.zeros(kgat.num_nodes).index_add_(0, heads, kgat.attention)
+    has_edges = torch.bincount(heads, minlength=kgat.num_nodes) > 0
+    torch.testing.assert_close(per_head[has_edges], torch.ones(int(has_edges.sum())))
+    assert (kgat.attention > 0).all()
+
+
+def test_attention_is_refreshed_from_the_current_weights(kgat, tiny_dataset, train):
+    before = kgat.attention.clone()
+    train(kgat, tiny_dataset, steps=5)  # on_epoch_start(0) runs before the steps
+    stale = kgat.attention.clone()
+    torch.testing.assert_close(stale, before)  # unchanged during the epoch: no gradient, a buffer
+    kgat.on_epoch_start(1)
+    assert not torch.allclose(kgat.attention, stale)
+    torch.testing.assert_close(kgat.attention, reference_attention(kgat), rtol=1e-4, atol=1e-6)
+    # The propagation reads the merged CSR entries of the same attention.
+    torch.testing.assert_close(kgat.attention_entries, kgat.graph.values(kgat.attention))
+
+
+def test_scoring_refreshes_the_attention_first(kgat, tiny_dataset, train):
+    train(kgat, tiny_dataset, steps=5)
+    kgat.eval()
+    kgat.prepare_scoring()
+    torch.testing.assert_close(kgat.attention, reference_attention(kgat), rtol=1e-4, atol=1e-6)
+
+
+def test_attention_is_not_part_of_the_checkpoint(kgat):
+    state = kgat.state_dict()
+    assert "attention" not in state and "attention_entries" not in state
+    assert "node_embedding" in state and "transfer" in state
+
+
+def test_propagation_concatenates_normalised_layers(tiny_dataset, make_config):
+    torch.manual_seed(0)
+    model = build_model("kgat", tiny_dataset, make_config(model="kgat", embed_dim=32, n_layers=3))
+    assert [layer.sum_linear.out_features for layer in model.layers] == [32, 16, 8]
+    model.eval()
+    users, items = model.propagate()
+    assert users.shape == (tiny_dataset.n_users, 32 + 32 + 16 + 8)
+    assert items.shape == (tiny_dataset.n_items, 32 + 32 + 16 + 8)
+    torch.testing.assert_close(items[:, :32], model.node_embedding[: tiny_dataset.n_items])
+    norms = items[:, 32:64].norm(dim=1)
+    torch.testing.assert_close(norms, torch.ones_like(norms))
+
+
+def test_layer_dims_are_checked(tiny_dataset, make_config):
+    assert default_layer_dims(64, 3) == [64, 32, 16]
+    assert default_layer_dims(16, 4) == [16, 8, 8, 8]
+    with pytest.raises(ConfigError, match="'layer_dims' needs 2 positive sizes"):
+        build_model("kgat", tiny_dataset, make_config(extra={"layer_dims": [8]}))
+
+
+def test_kg_phase_triples_are_true_ckg_edges_against_corruptions(kgat, tiny_dataset):
+    ckg = CKG.from_dataset(tiny_dataset)
+    heads_all, tails_all, rels_all = ckg.coo()
+    edges = set(zip(heads_all.tolist(), rels_all.tolist(), tails_all.tolist(), strict=True))
+    triples = torch.from_numpy(tiny_dataset.triples_array()[:50])
+    neg_tails = torch.randint(tiny_dataset.n_entities, (50,))
+    torch.manual_seed(0)
+    h, r, t, nh, nt = kgat.kg_phase_triples(triples[:, 0], triples[:, 1], triples[:, 2], neg_tails)
+    assert len(h) == 200
+    assert all(triple in edges for triple in zip(h.tolist(), r.tolist(), t.tolist(), strict=True))
+    families = set(r.tolist())
+    assert {0, 1} <= families and any(x >= 2 + kgat.n_kg_relations for x in families)
+    # Exactly one end is corrupted: the tail for (h, r, t) and interactions, the head for inverses.
+    changed_head, changed_tail = nh != h, nt != t
+    assert not (changed_head & changed_tail).any()
+    assert (nh[:50] == h[:50]).all() and (nt[50:100] == t[50:100]).all()
+
+
+def test_project_matches_per_triple_matrices(kgat):
+    nodes = torch.randint(kgat.num_nodes, (3, 40))
+    relation = torch.randint(kgat.num_relations, (40,))
+    expected = torch.einsum("knd,ndj->knj", kgat.node_embedding[nodes], kgat.transfer[relation])
+    torch.testing.assert_close(kgat.project(nodes, relation), expected)
+
+
+def test_transr_loss_matches_the_formula(kgat):
+    h, r, t, nh, nt = (torch.randint(kgat.num_nodes, (30,)) for _ in range(5))
+    r = r % kgat.num_relations
+    W, e = kgat.transfer[r], kgat.node_embedding
+    proj = [torch.bmm(e[x].unsqueeze(1), W).squeeze(1) for x in (h, t, nh, nt)]
+    rel = kgat.relation_embedding[r]
+    pos = (proj[0] + rel - proj[1]).pow(2).sum(-1)
+    neg = (proj[2] + rel - proj[3]).pow(2).sum(-1)
+    l2 = sum(x.pow(2).sum() for x in (proj[0], rel, proj[1], proj[2], proj[3])) / (2 * 30)
+    expected = -F.logsigmoid(neg - pos).mean() + kgat.l2 * l2
+    torch.testing.assert_close(kgat.transr_loss(h, r, t, nh, nt), expected)
+
+
+def test_transr_loss_falls(kgat, tiny_dataset):
+    from kg_data import KGBatches
+
+    optimizer = torch.optim.Adam(kgat.parameters(), lr=1e-2)
+    losses = []
+    for epoch in range(8):
+        for batch in KGBatches(tiny_dataset, 512, seed=0).epoch(epoch):
+            optimizer.zero_grad()
+            loss = kgat.kg_loss(*batch)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+    assert np.mean(losses[-5:]) < 0.75 * np.mean(losses[:5]), (losses[:5], losses[-5:])
+
+
+class RandomRanker:
+    """The baseline: uniform random scores."""
+
+    def __init__(self, n_items: int) -> None:
+        self.n_items, self.training = n_items, False
+        self.generator = torch.Generator().manual_seed(0)
+
+    def eval(self):
+        return self
+
+    def train(self, mode: bool = True):
+        return self
+
+    def prepare_scoring(self) -> None:
+        pass
+
+    def score_users(self, users):
+        return torch.rand(len(users), self.n_items, generator=self.generator)
+
+
+def test_kgat_beats_a_random_ranker_by_far(tiny_dataset, make_config, train):
+    torch.manual_seed(0)
+    model = build_model("kgat", tiny_dataset, make_config(model="kgat", embed_dim=32))
+    train(model, tiny_dataset, steps=300, lr=5e-3)
+    evaluator = RankingEvaluator(tiny_dataset, (20,))
+    kgat_recall = evaluator.evaluate(model, "valid")["recall@20"]
+    random_recall = evaluator.evaluate(RandomRanker(tiny_dataset.n_items), "valid")["recall@20"]
+    assert kgat_recall > 3 * random_recall, (kgat_recall, random_recall)

@@ -1,0 +1,65 @@
+"""The shared layers against their formulas written with plain torch ops."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from tinykg_train.compress import CompressionConfig
+from tinykg_train.models.layers import BiInteractionLayer, RelationalPathLayer, SumAggregator
+from tinykg_train.models.sparse import CSRGraph
+
+CONFIG = CompressionConfig()
+
+
+def test_bi_interaction_layer_is_the_kgat_formula():
+    torch.manual_seed(0)
+    n, dim = 20, 8
+    edge_index = torch.randint(0, n, (2, 60))
+    attention = torch.rand(60)
+    graph = CSRGraph(edge_index, n)
+    layer = BiInteractionLayer(dim, 4, dropout=0.5, negative_slope=0.2, compression=CONFIG).eval()
+    ego = torch.randn(n, dim)
+    out, normalised = layer(ego, graph, graph.values(attention))
+
+    adjacency = torch.zeros(n, n).index_put_(
+        (edge_index[1], edge_index[0]), attention, accumulate=True
+    )
+    side = adjacency @ ego
+    expected = F.leaky_relu(layer.sum_linear(ego + side), 0.2) + F.leaky_relu(
+        layer.product_linear(ego * side), 0.2
+    )
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(normalised, F.normalize(expected, dim=1))
+
+
+def test_bi_interaction_layer_drops_messages_while_training():
+    torch.manual_seed(0)
+    graph = CSRGraph(torch.randint(0, 10, (2, 30)), 10)
+    layer = BiInteractionLayer(8, 8, dropout=0.5, negative_slope=0.2, compression=CONFIG)
+    out, _ = layer(torch.randn(10, 8), graph, torch.ones(graph.num_entries))
+    assert 0.3 < float((out == 0).float().mean()) < 0.7
+
+
+def test_sum_aggregator_is_the_kgcn_formula():
+    torch.manual_seed(0)
+    self_vectors, neighbors = torch.randn(5, 3, 8), torch.randn(5, 3, 4, 8)
+    weights = torch.softmax(torch.randn(5, 3, 4), dim=-1)
+    for last, activation in ((False, torch.relu), (True, torch.tanh)):
+        aggregator = SumAggregator(8, dropout=0.5, last=last, compression=CONFIG).eval()
+        expected = activation(
+            aggregator.linear(self_vectors + (weights.unsqueeze(-1) * neighbors).sum(-2))
+        )
+        torch.testing.assert_close(aggregator(self_vectors, neighbors, weights), expected)
+
+
+def test_relational_mean_averages_relation_times_neighbor():
+    entity, relation_embedding = torch.randn(4, 3), torch.randn(2, 3)
+    edge_index = torch.tensor([[1, 2, 3], [0, 0, 1]])  # 1 -> 0 (r0), 2 -> 0 (r1), 3 -> 1 (r1)
+    relation = torch.tensor([0, 1, 1])
+    layer = RelationalPathLayer(n_users=1, dropout=0.0, compression=CONFIG)
+    out = layer.relational_mean(entity, relation_embedding, edge_index, relation)
+    r = relation_embedding
+    torch.testing.assert_close(out[0], (r[0] * entity[1] + r[1] * entity[2]) / 2)
+    torch.testing.assert_close(out[1], r[1] * entity[3])
+    assert torch.equal(out[2:], torch.zeros(2, 3))  # no edges in: zero
