@@ -32,10 +32,13 @@ def test_invalid_settings_raise_one_line_config_errors(kwargs, message):
     assert "\n" not in str(info.value)
 
 
-def test_grouping_is_per_row_for_matrices_and_blocks_otherwise():
+def test_grouping_is_per_row_whole_rows_for_narrow_ones_and_blocks_for_vectors():
     config = CompressionConfig(bits=2)
     assert config.group_for((100, 64)) is None
-    assert config.group_for((8, 100, 64)) is None
+    assert config.group_for((8, 100, 200)) is None
+    assert config.group_for((100, 32)) == 64  # two whole rows share a scale
+    assert config.group_for((100, 16)) == 64
+    assert config.group_for((100, 48)) == 96
+    assert config.group_for((1000, 3)) == 66
     assert config.group_for((1000,)) == 256  # per-edge weights: one outlier spoils one block
-    assert config.group_for((1000, 4)) == 256  # rows too short to carry their own scales
     assert CompressionConfig(bits=2, group_size=64).group_for((100, 64)) == 64

@@ -109,7 +109,7 @@ def test_saves_the_output_compressed_and_the_index():
     assert meter.total_bytes == EDGES * 4 + EDGES * 8
     with ActivationMeter() as meter:
         out = edge_softmax(scores, index, NUM_NODES, config=CompressionConfig(bits=2))
-    assert meter.total_bytes < EDGES * 4 / 8 + EDGES * 4
+    assert meter.total_bytes < EDGES * 4 / 8 + EDGES  # a uint8 index: 50 nodes
     assert out.requires_grad
 
 

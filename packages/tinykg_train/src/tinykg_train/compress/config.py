@@ -17,10 +17,12 @@ SCHEMES = ("uniform", "normal")
 # the kernel launch would cost more than they save.
 DEFAULT_MIN_NUMEL = 256
 
-# Blocks used for tensors that have no useful rows (1-D per-edge weights, rows shorter than
-# MIN_ROW_GROUP): one outlier then spoils only its block of 256, not the whole tensor.
+# 1-D tensors (per-edge weights) are quantized in blocks: one outlier spoils only its block.
 DEFAULT_BLOCK_SIZE = 256
-MIN_ROW_GROUP = 32
+# A group (one 16-bit scale and zero point) spans at least this many elements: narrow rows are
+# grouped several whole rows at a time, so the group's 4 bytes stay small beside its codes (a row of
+# 16 at 1 bit: 2 bytes of codes; four such rows share one scale).
+MIN_GROUP_NUMEL = 64
 
 
 @dataclass(frozen=True)
@@ -28,9 +30,9 @@ class CompressionConfig:
     """Bit width and grouping of saved activations.
 
     - `bits`: 1, 2, 4 or 8 (stochastic rounding, unbiased), or 32 for no compression.
-    - `group_size`: None = one scale per row for 2-D and larger activations (blocks of
-      `DEFAULT_BLOCK_SIZE` for 1-D tensors and rows shorter than `MIN_ROW_GROUP`); an integer =
-      blocks of that many contiguous elements for every tensor.
+    - `group_size`: None = one scale per row of the last dim for 2-D and larger activations
+      (whole rows together when a row has fewer than `MIN_GROUP_NUMEL` elements; blocks of
+      `DEFAULT_BLOCK_SIZE` for 1-D tensors); an integer = blocks of that many contiguous elements.
     - `scheme`: "uniform" levels, or "normal" (2 bits only in the kernels' Gaussian-fitted levels).
     - `projection_ratio`: if set (0 < r < 1), linear layers save a random projection of their input
       to `ceil(r * in_features)` columns before quantizing (EXACT); the gradient stays unbiased.
@@ -85,6 +87,9 @@ class CompressionConfig:
         """The kernels' `group_size` for a tensor of this shape (None = one group per row)."""
         if self.group_size is not None:
             return self.group_size
-        if len(shape) >= 2 and shape[-1] >= MIN_ROW_GROUP:
+        if len(shape) < 2:
+            return DEFAULT_BLOCK_SIZE
+        width = shape[-1]
+        if width == 0 or width >= MIN_GROUP_NUMEL:
             return None
-        return DEFAULT_BLOCK_SIZE
+        return width * -(-MIN_GROUP_NUMEL // width)  # whole rows, at least MIN_GROUP_NUMEL

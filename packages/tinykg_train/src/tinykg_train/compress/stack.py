@@ -14,7 +14,7 @@ So compression always happens before observation, whichever way the contexts are
 register persistent storages (parameters and buffers of known models), shared by the whole stack.
 
 While any layer is active the stack offers a *scope cache* (`cached`): a value derived from a tensor
-(its compressed form, an int32 copy of an index) is made once per tensor version and reused, which is
+(its compressed form, a narrowed copy of an index) is made once per tensor version and reused, which is
 how a tensor saved twice is stored once. Entries hold a weak reference to the source tensor and are
 valid only while it lives (a freed tensor's address may be reused by another).
 """

@@ -1,4 +1,4 @@
-"""`embedding`: rows of a weight table; saves only the indices (int32 when compressing).
+"""`embedding`: rows of a weight table; saves only the indices (narrowest integer dtype).
 
 The gradient is a dense tensor of the weight's shape built with one index_add (no sparse gradient).
 """
@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from tinykg_train.compress.config import CompressionConfig
-from tinykg_train.compress.ops.indices import check_index, compact_index
+from tinykg_train.compress.ops.indices import check_index, compact_index, widen_index
 from tinykg_train.compress.saving import apply_compressed, load, save
 
 
@@ -25,6 +25,7 @@ class Embedding(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         (index,) = load(ctx)
+        index = widen_index(index)
         flat = grad.reshape(-1, *ctx.weight_shape[1:])
         return grad.new_zeros(ctx.weight_shape).index_add_(0, index.reshape(-1), flat), None
 

@@ -6,7 +6,7 @@ node updated. The autograd Function saves only what its gradients need: the dens
 keeps the [E, d] messages that the same computation written with index_select/index_add would save.
 With `config.bits < 32` the dense operand is stored compressed (per-row groups), edge weights that
 need a gradient compressed in blocks (weights without one, e.g. a model's normalized adjacency, are
-kept: they persist anyway), indices as int32.
+kept: they persist anyway), indices in the narrowest integer dtype (`indices.compact_index`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 
 from tinykg_train.compress.codec import compress
 from tinykg_train.compress.config import CompressionConfig
-from tinykg_train.compress.ops.indices import check_index, compact_index
+from tinykg_train.compress.ops.indices import check_index, compact_index, widen_index
 from tinykg_train.compress.saving import apply_compressed, load, save
 
 REDUCTIONS = ("sum", "mean")
@@ -83,6 +83,7 @@ class SpMM(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         x, edge_weight, src, dst = load(ctx)
+        src, dst = widen_index(src), widen_index(dst)
         if ctx.reduce == "mean":
             grad = grad / _per_edge(in_degree(dst, ctx.num_nodes, grad.dtype), grad)
         edge_grad = grad.index_select(0, dst)  # [E, ...]: the gradient each message receives

@@ -12,7 +12,7 @@ import torch
 
 from tinykg_train.compress.codec import compress
 from tinykg_train.compress.config import CompressionConfig
-from tinykg_train.compress.ops.indices import check_index, compact_index
+from tinykg_train.compress.ops.indices import check_index, compact_index, widen_index
 from tinykg_train.compress.saving import apply_compressed, load, save
 
 
@@ -48,6 +48,7 @@ class EdgeSoftmax(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         out, index = load(ctx)
+        index = widen_index(index)
         weighted = grad * out
         group = _group_sum(weighted, index, ctx.num_nodes).index_select(0, index)
         return weighted - out * group, None, None, None
