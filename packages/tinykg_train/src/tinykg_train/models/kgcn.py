@@ -130,7 +130,9 @@ class KGCN(Recommender):
         """`[len(users), n_items]`: each round computed once per needed entity, per user chunk."""
         plan = self.scoring_plan()
         users = users.to(self.neighbors.device)
-        widest = max(len(n) for n in plan.nodes) * self.embed_dim * self.n_neighbors
+        # Per user: [S, dim] in the first round, [S, K, dim] gathers in the later ones.
+        fan = self.n_neighbors if self.n_hops > 1 else 1
+        widest = max(len(n) for n in plan.nodes) * self.embed_dim * fan
         chunk = max(1, SCORING_BUDGET // widest)
         with self.evaluating():
             return torch.cat([self.score_chunk(part, plan) for part in users.split(chunk)])
@@ -144,7 +146,8 @@ class KGCN(Recommender):
         projected = self.entity_embedding[plan.nodes[level + 1]] @ first.linear.weight.T
         weights = self.level_weights(scores, plan, level)  # [C, S, K]
         mixed = torch.einsum("csk,skd->csd", weights, projected[plan.neighbor_index[level]])
-        vectors = first.activation(mixed + projected[plan.self_index[level]] + first.linear.bias)
+        mixed += projected[plan.self_index[level]] + first.linear.bias
+        vectors = mixed.tanh_() if first.last else mixed.relu_()  # in place: no grad here
         for round_index in range(1, self.n_hops):
             level = self.n_hops - 1 - round_index
             vectors = self.aggregators[round_index](
