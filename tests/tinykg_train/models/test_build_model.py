@@ -142,3 +142,26 @@ def test_extra_keys_are_checked_and_applied(tiny_dataset, make_config):
 def test_builds_from_a_dataset_dir_path(tiny_dataset_dir, make_config):
     model = build_model("bprmf", str(tiny_dataset_dir), make_config(model="bprmf"))
     assert model.n_items > 0
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_trains_end_to_end_through_the_trainer(name, tiny_dataset_dir, make_config, tmp_path):
+    """`trainer.train` calls exactly the contract (epoch hook, CF and KG phases, scoring)."""
+    from tinykg_train.trainer import train
+
+    config = make_config(
+        model=name,
+        bits=2,
+        data=str(tiny_dataset_dir),
+        out=str(tmp_path / name),
+        epochs=2,
+        batch_size=512,
+        kg_batch_size=512,
+        max_batches_per_epoch=3,
+        device="cpu",
+    )
+    result = train(config)
+    assert (tmp_path / name / "metrics.json").is_file()
+    assert 0 <= result["recall@20"] <= 1
+    assert result["activation_bytes"] > 0
+    assert (name == "kgat") == ("kg_loss" in result)
