@@ -3,10 +3,11 @@
 Per group (see `packing.GroupLayout`), in float32:
 
 1. `lo, hi` = min and max of the group.
-2. `zero` = `lo` rounded DOWN to the parameter dtype; `scale` = `(hi - zero) / steps` rounded UP
-   (`steps` = 2**bits - 1 for `uniform`, 1 for `normal`, whose levels live on [0, 1]), at least the
-   smallest normal float32 when positive. So every value lies in `[zero, zero + steps * scale]`
-   with the parameters AS STORED, and rounding against them stays unbiased.
+2. `zero` = `lo` rounded DOWN to the parameter dtype; `scale` = `(hi - zero) * float32(1 / steps)`
+   rounded UP (`steps` = 2**bits - 1 for `uniform`, 1 for `normal`, whose levels live on [0, 1]),
+   at least the smallest normal float32 when positive. So every value lies in
+   `[zero, zero + steps * scale]` with the parameters AS STORED (up to one float32 rounding, which
+   the clamp of the top code absorbs), and rounding against them stays unbiased.
 3. `t = (x - zero) * (1 / scale)` (0 when `scale == 0`: constant groups give code 0 and come back
    as `zero`, exactly, whenever their value is representable in the parameter dtype).
 4. uniform: `code = clamp(floor(t + u), 0, steps)`; normal: with `t` between levels `l_i` and
@@ -66,7 +67,8 @@ def group_params(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-group (zero, scale) in `param_dtype`, directed-rounded, NaN for bad groups; and the bad mask."""
     zero = round_directed(lo, param_dtype, up=False)
-    raw = (hi - zero.float()) / steps
+    # times float32(1 / steps) rather than / steps: one multiply, the same in both backends
+    raw = (hi - zero.float()) * torch.tensor(1.0 / steps, dtype=torch.float32, device=lo.device)
     raw = torch.where(raw > 0, raw.clamp_min(SMALLEST_NORMAL), torch.zeros_like(raw))
     scale = round_directed(raw, param_dtype, up=True)
     bad = ~(torch.isfinite(lo) & torch.isfinite(hi) & torch.isfinite(zero) & torch.isfinite(scale))
