@@ -19,17 +19,6 @@ def crash_seed_1(name, dataset, config):
     return build_model(name, dataset, config)
 
 
-def crash_seed_1_kill_seed_2(name, dataset, config):
-    """Like `crash_seed_1`, and the trial with seed 2 loses its process (SIGKILL, as the OOM killer does)."""
-    if config.seed == 2:
-        os.kill(os.getpid(), signal.SIGKILL)
-    return crash_seed_1(name, dataset, config)
-
-
-def crash_always(name, dataset, config):
-    raise RuntimeError(f"simulated crash of every trial ({name}, seed {config.seed})")
-
-
 def valid_items_last_for_seed_1(name, dataset, config):
     """The real model; for seed 1 its scores put every user's valid items last (valid Recall@20 = 0),
     so ASHA stops that trial at its first rung when a normal trial got there first."""
@@ -51,3 +40,11 @@ def valid_items_last_for_seed_1(name, dataset, config):
 
     model.score_users = scores_with_valid_items_last
     return model
+
+
+def valid_items_last_seed_1_kill_seed_2(name, dataset, config):
+    """Like `valid_items_last_for_seed_1`, and the trial with seed 2 loses its process (SIGKILL, as
+    the OOM killer does)."""
+    if config.seed == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return valid_items_last_for_seed_1(name, dataset, config)
