@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from tinykg_train.compress import CompressionConfig, ops
+from tinykg_train.models.relational import relational_mean
 from tinykg_train.models.sparse import CSRGraph
 
 
@@ -90,16 +91,14 @@ class RelationalPathLayer(nn.Module):
         self.compression = compression
 
     def relational_mean(self, entity, relation_embedding, edge_index, relation) -> torch.Tensor:
-        c = self.compression
-        tails, heads = edge_index[0], edge_index[1]
-        messages = ops.mul(
-            ops.embedding(entity, tails, config=c),
-            ops.embedding(relation_embedding, relation, config=c),
-            config=c,
+        return relational_mean(
+            entity,
+            relation_embedding,
+            edge_index,
+            relation,
+            entity.shape[0],
+            config=self.compression,
         )
-        summed = entity.new_zeros(entity.shape).index_add(0, heads, messages)
-        degree = torch.bincount(heads, minlength=entity.shape[0]).clamp(min=1)
-        return summed / degree.unsqueeze(1).to(summed.dtype)
 
     def user_update(self, user, entity, queries, intents, ui_graph, ui_values) -> torch.Tensor:
         c = self.compression
