@@ -22,7 +22,7 @@ def test_defaults_mean_no_compression_and_the_config_is_frozen():
         ({"bits": 2, "group_size": True}, "'group_size' needs to be a positive integer"),
         ({"scheme": "log"}, "'scheme' must be one of uniform, normal"),
         ({"bits": 4, "scheme": "normal"}, "scheme 'normal' has 2-bit levels only"),
-        ({"projection_ratio": 1.0}, r"'projection_ratio' needs to be in \(0, 1\)"),
+        ({"projection_ratio": 1.0}, "'projection_ratio' needs to be > 1"),
         ({"min_numel": -1}, "'min_numel' needs to be an integer >= 0"),
     ],
 )
@@ -33,7 +33,7 @@ def test_invalid_settings_raise_one_line_config_errors(kwargs, message):
 
 
 def test_grouping_is_per_row_whole_rows_for_narrow_ones_and_blocks_for_vectors():
-    config = CompressionConfig(bits=2)
+    config = CompressionConfig(bits=2)  # groups of >= 64 elements
     assert config.group_for((100, 64)) is None
     assert config.group_for((8, 100, 200)) is None
     assert config.group_for((100, 32)) == 64  # two whole rows share a scale
@@ -42,3 +42,11 @@ def test_grouping_is_per_row_whole_rows_for_narrow_ones_and_blocks_for_vectors()
     assert config.group_for((1000, 3)) == 66
     assert config.group_for((1000,)) == 256  # per-edge weights: one outlier spoils one block
     assert CompressionConfig(bits=2, group_size=64).group_for((100, 64)) == 64
+
+
+@pytest.mark.parametrize(("bits", "least"), [(1, 128), (2, 64), (4, 32), (8, 16)])
+def test_groups_keep_scale_and_zero_within_a_quarter_of_the_codes(bits, least):
+    config = CompressionConfig(bits=bits)
+    assert config.min_group_numel == least
+    assert least * bits >= 4 * 32
+    assert config.group_for((10, 64)) == (None if least <= 64 else 128)

@@ -35,3 +35,11 @@ def test_one_index_is_converted_once_inside_a_block():
     assert compact_index(index, 1000) is not compact_index(index, 1000)
     with ActivationMeter():
         assert compact_index(index, 1000) is compact_index(index, 1000)
+
+
+def test_fresh_views_of_one_index_share_one_copy_inside_a_block():
+    edge_index = torch.randint(0, 1000, (2, 500))
+    with ActivationMeter():
+        first = compact_index(edge_index[0], 1000)  # the view dies at once
+        assert compact_index(edge_index[0], 1000) is first
+        assert compact_index(edge_index[1], 1000) is not first

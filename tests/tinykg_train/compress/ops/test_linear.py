@@ -48,23 +48,40 @@ def test_gradients_at_8_bits_within_one_percent(grad_tools):
         assert grad_tools.relative_error(a, e) < 0.01
 
 
-@pytest.mark.parametrize("projection_ratio", [None, 0.5])
-def test_weight_gradient_at_2_bits_is_unbiased_and_round_to_nearest_is_not(
-    grad_tools, projection_ratio
-):
+def weight_gradient_draws(grad_tools, config, draws=64):
     x, weight, _ = make_inputs()
     x = x.detach()  # only the weight gradient reads the saved input
     probe = torch.randn(96, 24, generator=torch.Generator().manual_seed(3))
     (exact,) = grad_tools.gradients(F.linear, (x, weight), probe)
-    ratios = {}
-    for stochastic in (True, False):
-        config = CompressionConfig(bits=2, stochastic=stochastic, projection_ratio=projection_ratio)
-        samples = grad_tools.draws(
-            lambda x, w, c=config: linear(x, w, config=c), (x, weight), probe, range(64)
+    op = lambda x, w: linear(x, w, config=config)  # noqa: E731
+    samples = grad_tools.draws(op, (x, weight), probe, range(draws))
+    return [s[0] for s in samples], exact
+
+
+def test_weight_gradient_at_2_bits_is_unbiased_and_round_to_nearest_is_not(grad_tools):
+    ratios = {
+        stochastic: grad_tools.bias_ratio(
+            *weight_gradient_draws(grad_tools, CompressionConfig(bits=2, stochastic=stochastic))
         )
-        ratios[stochastic] = grad_tools.bias_ratio([s[0] for s in samples], exact)
+        for stochastic in (True, False)
+    }
     assert ratios[True] < 2.0, ratios
     assert ratios[False] > 10.0, ratios
+
+
+def test_projected_input_keeps_the_weight_gradient_unbiased_and_saves_fewer_bytes(grad_tools):
+    config = CompressionConfig(bits=2, projection_ratio=2)
+    samples, exact = weight_gradient_draws(grad_tools, config, draws=128)
+    assert grad_tools.bias_ratio(samples, exact) < 2.0
+    x = torch.randn(96, 128)
+    weight = torch.nn.Parameter(torch.randn(24, 128))
+    held = {}
+    for ratio in (None, 2):
+        with ActivationMeter() as meter:
+            out = linear(x, weight, config=CompressionConfig(bits=2, projection_ratio=ratio))
+        held[ratio] = meter.total_bytes
+        assert out.requires_grad
+    assert held[2] < 0.6 * held[None]
 
 
 def test_saves_the_input_compressed_and_only_what_gradients_need():

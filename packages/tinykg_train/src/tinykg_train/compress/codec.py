@@ -96,7 +96,7 @@ def _compress(
     values = tensor.detach()
     if project and config.projection_ratio is not None and values.dim() >= 1:
         dim = values.shape[-1]
-        if math.ceil(config.projection_ratio * dim) < dim:
+        if math.ceil(dim / config.projection_ratio) < dim:
             projection = Projection(dim, _random_seed())
             values = kernels.project(values, config.projection_ratio, projection.seed)
     quantized = kernels.quantize(

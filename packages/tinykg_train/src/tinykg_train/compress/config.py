@@ -19,10 +19,11 @@ DEFAULT_MIN_NUMEL = 256
 
 # 1-D tensors (per-edge weights) are quantized in blocks: one outlier spoils only its block.
 DEFAULT_BLOCK_SIZE = 256
-# A group (one 16-bit scale and zero point) spans at least this many elements: narrow rows are
-# grouped several whole rows at a time, so the group's 4 bytes stay small beside its codes (a row of
-# 16 at 1 bit: 2 bytes of codes; four such rows share one scale).
-MIN_GROUP_NUMEL = 64
+# Each group stores a 16-bit scale and zero point (32 bits). A group spans at least
+# GROUP_CODE_BITS / bits elements, so those 32 bits are at most a quarter of its codes: 128 elements
+# at 1 bit, 64 at 2, 32 at 4, 16 at 8. Rows narrower than that are grouped several whole rows at a
+# time (a [N, 64] activation: one scale per row at 2 bits, per two rows at 1 bit).
+GROUP_CODE_BITS = 128
 
 
 @dataclass(frozen=True)
@@ -31,11 +32,11 @@ class CompressionConfig:
 
     - `bits`: 1, 2, 4 or 8 (stochastic rounding, unbiased), or 32 for no compression.
     - `group_size`: None = one scale per row of the last dim for 2-D and larger activations
-      (whole rows together when a row has fewer than `MIN_GROUP_NUMEL` elements; blocks of
+      (whole rows together when a row has fewer than `min_group_numel` elements; blocks of
       `DEFAULT_BLOCK_SIZE` for 1-D tensors); an integer = blocks of that many contiguous elements.
     - `scheme`: "uniform" levels, or "normal" (2 bits only in the kernels' Gaussian-fitted levels).
-    - `projection_ratio`: if set (0 < r < 1), linear layers save a random projection of their input
-      to `ceil(r * in_features)` columns before quantizing (EXACT); the gradient stays unbiased.
+    - `projection_ratio`: if set (r > 1), linear layers save a random projection of their input to
+      `ceil(in_features / r)` columns before quantizing (EXACT's D/R); the gradient stays unbiased.
     - `min_numel`: tensors with fewer elements are saved as they are.
     - `stochastic`: stochastic rounding (unbiased gradients); False rounds to nearest, which is
       biased (an ablation and the control of the unbiasedness tests).
@@ -67,9 +68,9 @@ class CompressionConfig:
             raise ConfigError(
                 f"scheme 'normal' has 2-bit levels only (got bits={self.bits}): use bits=2 or scheme 'uniform'"
             )
-        if self.projection_ratio is not None and not 0 < self.projection_ratio < 1:
+        if self.projection_ratio is not None and not self.projection_ratio > 1:
             raise ConfigError(
-                f"'projection_ratio' needs to be in (0, 1) or None (got {self.projection_ratio!r})"
+                f"'projection_ratio' needs to be > 1 (columns kept: in_features / ratio) or None (got {self.projection_ratio!r})"
             )
         if (
             isinstance(self.min_numel, bool)
@@ -83,13 +84,18 @@ class CompressionConfig:
         """True when saved activations are compressed (bits < 32)."""
         return self.bits < 32
 
+    @property
+    def min_group_numel(self) -> int:
+        """Fewest elements per group: the group's 32 bits of scale and zero <= 1/4 of its codes."""
+        return GROUP_CODE_BITS // min(self.bits, 8)
+
     def group_for(self, shape: tuple[int, ...]) -> int | None:
         """The kernels' `group_size` for a tensor of this shape (None = one group per row)."""
         if self.group_size is not None:
             return self.group_size
         if len(shape) < 2:
             return DEFAULT_BLOCK_SIZE
-        width = shape[-1]
-        if width == 0 or width >= MIN_GROUP_NUMEL:
+        width, least = shape[-1], self.min_group_numel
+        if width == 0 or width >= least:
             return None
-        return width * -(-MIN_GROUP_NUMEL // width)  # whole rows, at least MIN_GROUP_NUMEL
+        return width * -(-least // width)  # whole rows, at least `least` elements

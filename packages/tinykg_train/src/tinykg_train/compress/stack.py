@@ -14,9 +14,10 @@ So compression always happens before observation, whichever way the contexts are
 register persistent storages (parameters and buffers of known models), shared by the whole stack.
 
 While any layer is active the stack offers a *scope cache* (`cached`): a value derived from a tensor
-(its compressed form, a narrowed copy of an index) is made once per tensor version and reused, which is
-how a tensor saved twice is stored once. Entries hold a weak reference to the source tensor and are
-valid only while it lives (a freed tensor's address may be reused by another).
+(its compressed form, a narrowed copy of an index) is made once per tensor version and reused, however
+many ops (or fresh views like `edge_index[0]`) save it: that is how a tensor saved twice is stored
+once. Entries hold a weak reference to the source's storage and are valid only while it lives (a
+freed storage's address may be reused by another); they never keep a source alive.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class _State(threading.local):
         self.layers: list[SavedTensorLayer] = []
         self.persistent: list[set[StorageKey]] = []
         self.precompressed = 0
-        self.cache: dict[tuple, tuple[weakref.ref, Any]] = {}
+        self.cache: dict[tuple, tuple[weakref.ref, Any]] = {}  # key -> (storage ref, value)
 
 
 _state = _State()
@@ -111,7 +112,7 @@ def cached(kind: Any, tensor: torch.Tensor, make: Callable[[torch.Tensor], Any])
     if entry is not None and entry[0]() is not None:
         return entry[1]
     value = make(tensor)
-    _state.cache[full_key] = (weakref.ref(tensor), value)
+    _state.cache[full_key] = (weakref.ref(tensor.untyped_storage()), value)
     return value
 
 
