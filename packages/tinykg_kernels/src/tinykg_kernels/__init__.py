@@ -9,6 +9,7 @@ Standalone: depends on torch only (Triton optional, used for CUDA tensors).
 
 from tinykg_kernels.api import QuantizedMeta, QuantizedTensor, dequantize, quantize
 from tinykg_kernels.dispatch import BACKEND_ENV, WITH_TRITON
+from tinykg_kernels.projection import project, unproject
 
 __version__ = "0.1.0"
 
@@ -19,5 +20,7 @@ __all__ = [
     "QuantizedTensor",
     "__version__",
     "dequantize",
+    "project",
     "quantize",
+    "unproject",
 ]
