@@ -55,6 +55,18 @@ def _private_token(folder: Path) -> Iterator[None]:
             os.environ["RAY_AUTH_TOKEN_PATH"] = saved
 
 
+def check_connection_args(address: str | None, num_cpus: int | None, num_gpus: int | None) -> None:
+    """Refuse local-Ray sizes for a cluster, and sizes below what a local Ray can run with."""
+    if (address or in_ray_job()) and (num_cpus is not None or num_gpus is not None):
+        raise ConfigError(
+            "--num-cpus/--num-gpus size a private local Ray; a cluster has its own resources"
+        )
+    if num_cpus is not None and num_cpus < 1:
+        raise ConfigError(f"--num-cpus needs to be positive (got {num_cpus})")
+    if num_gpus is not None and num_gpus < 0:
+        raise ConfigError(f"--num-gpus needs to be >= 0 (got {num_gpus})")
+
+
 @contextlib.contextmanager
 def ray_connection(
     address: str | None = None, num_cpus: int | None = None, num_gpus: int | None = None
@@ -62,11 +74,8 @@ def ray_connection(
     """Connect to Ray for the duration of the block; yields a description of where the trials run."""
     import ray
 
+    check_connection_args(address, num_cpus, num_gpus)
     if address or in_ray_job():
-        if num_cpus is not None or num_gpus is not None:
-            raise ConfigError(
-                "--num-cpus/--num-gpus size a local Ray only; a cluster has its own resources"
-            )
         ray.init(address=address or None, logging_level=logging.WARNING)
         try:
             yield f"Ray cluster at {address or os.environ['RAY_ADDRESS']}"

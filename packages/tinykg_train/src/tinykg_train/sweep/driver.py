@@ -16,8 +16,18 @@ from typing import Any
 
 from tinykg_train.errors import ConfigError
 from tinykg_train.run_dir import write_json_atomic
-from tinykg_train.sweep.cluster import check_resources, in_ray_job, ray_connection
-from tinykg_train.sweep.mlflow_runs import client_for, ensure_experiment, start_parent_run
+from tinykg_train.sweep.cluster import (
+    check_connection_args,
+    check_resources,
+    in_ray_job,
+    ray_connection,
+)
+from tinykg_train.sweep.mlflow_runs import (
+    client_for,
+    ensure_experiment,
+    start_parent_run,
+    store_errors,
+)
 from tinykg_train.sweep.outcome import SweepOutcome, summarize, trial_outcomes
 from tinykg_train.sweep.reporting import STOP_METRIC
 from tinykg_train.sweep.spec import SweepSpec
@@ -139,6 +149,30 @@ def build_tuner(plan: SweepPlan, setup: TrialSetup, restore: bool):
     )
 
 
+def open_parent_run(client, plan: SweepPlan, saved: dict[str, Any] | None) -> tuple[str, str]:
+    """(experiment id, parent run id): reopened on resume, else created and saved in sweep.json."""
+    if saved is not None:
+        client.update_run(saved["parent_run_id"], status="RUNNING")
+        return saved["experiment_id"], saved["parent_run_id"]
+    spec = plan.spec
+    experiment_id = ensure_experiment(client, spec.experiment, plan.tracking_uri)
+    parent_run_id = start_parent_run(
+        client, experiment_id, spec.name, {**spec.to_dict(), "data": str(plan.data)}
+    )
+    plan.experiment_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(
+        plan.state_path,
+        {
+            "spec": spec.to_dict(),
+            "data": str(plan.data),
+            "tracking_uri": plan.tracking_uri,
+            "experiment_id": experiment_id,
+            "parent_run_id": parent_run_id,
+        },
+    )
+    return experiment_id, parent_run_id
+
+
 def run_sweep(
     spec: SweepSpec,
     data: str | Path | None,
@@ -152,6 +186,7 @@ def run_sweep(
     echo: Callable[[str], Any] = print,
 ) -> SweepOutcome:
     """Run (or with `resume`, continue) a sweep; returns the outcome with its summary table."""
+    check_connection_args(address, num_cpus, num_gpus)
     plan, saved = plan_sweep(spec, data, out, tracking_uri, resume)
     default_uri = tracking_uri is None and not os.environ.get("MLFLOW_TRACKING_URI")
     if in_ray_job() and (not Path(out).is_absolute() or default_uri):
@@ -160,26 +195,9 @@ def run_sweep(
             f"copy of the working dir ({plan.experiment_dir}, {plan.tracking_uri}); pass an absolute "
             "--out and MLFLOW_TRACKING_URI to keep the results"
         )
-    client = client_for(plan.tracking_uri)
-    if saved is not None:
-        experiment_id, parent_run_id = saved["experiment_id"], saved["parent_run_id"]
-        client.update_run(parent_run_id, status="RUNNING")
-    else:
-        experiment_id = ensure_experiment(client, spec.experiment, plan.tracking_uri)
-        parent_run_id = start_parent_run(
-            client, experiment_id, spec.name, {**spec.to_dict(), "data": str(plan.data)}
-        )
-        plan.experiment_dir.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(
-            plan.state_path,
-            {
-                "spec": spec.to_dict(),
-                "data": str(plan.data),
-                "tracking_uri": plan.tracking_uri,
-                "experiment_id": experiment_id,
-                "parent_run_id": parent_run_id,
-            },
-        )
+    with store_errors(plan.tracking_uri):
+        client = client_for(plan.tracking_uri)
+        experiment_id, parent_run_id = open_parent_run(client, plan, saved)
     outcome = SweepOutcome(plan.experiment_dir, plan.tracking_uri, experiment_id, parent_run_id)
     echo(spec.describe())
     echo(f"MLflow: {plan.tracking_uri}, experiment {spec.experiment!r}, parent run {parent_run_id}")

@@ -9,10 +9,12 @@ children a trial could not settle itself (its process was killed, or ASHA stoppe
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tinykg_train.errors import TinyKGError
 from tinykg_train.tracking import flatten_params, sqlite_path
 
 SWEEP_TAG = "sweep"  # the sweep's name, on the parent and every child
@@ -22,6 +24,21 @@ ERROR_TAG = "error"  # one line: why a trial failed
 STOPPED_TAG = "stopped_by"  # "asha" on trials the scheduler stopped early
 
 KILLED_MESSAGE = "the trial's process ended without a result (killed, e.g. out of memory)"
+
+
+@contextlib.contextmanager
+def store_errors(tracking_uri: str) -> Iterator[None]:
+    """Turn a tracking store that cannot be opened or written into a one-line TinyKGError."""
+    from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        yield
+    except (MlflowException, SQLAlchemyError, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TinyKGError(
+            f"MLflow store {tracking_uri}: {first[:300]}; fix --tracking-uri / MLFLOW_TRACKING_URI"
+        ) from None
 
 
 def client_for(tracking_uri: str):
