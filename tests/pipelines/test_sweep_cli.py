@@ -12,7 +12,8 @@ import pytest
 
 from pipelines._cli import run_cli
 from pipelines.sweep import build_parser, main, spec_from_args
-from tinykg_train.sweep.spec import Axis, SweepSpec
+from tinykg_train.sweep.space import Axis
+from tinykg_train.sweep.spec import SweepSpec
 
 REPO = Path(__file__).resolve().parents[2]
 
