@@ -121,3 +121,11 @@ def test_describe_names_axes_and_trial_count():
     text = spec.describe()
     assert "6 trial(s)" in text and "bits=[2, 32]" in text and "2 at a time" in text
     assert math.prod(a.grid_size for a in spec.axes) == 6
+
+
+@pytest.mark.parametrize("name", ["sweep.yaml", "sweep_random.yaml", "sweep_tiny.yaml"])
+def test_the_shipped_configs_are_valid(repo_root, name):
+    from tinykg_train.sweep.spec import load_spec
+
+    spec = spec_from_mapping(load_spec(str(repo_root / "configs" / name)), source=name)
+    assert spec.n_trials == {"sweep.yaml": 24, "sweep_random.yaml": 16, "sweep_tiny.yaml": 4}[name]
