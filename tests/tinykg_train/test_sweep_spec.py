@@ -98,6 +98,8 @@ BAD_SPECS = [
     ),
     ({"asha": {"reduction_factor": 1}}, "'asha.reduction_factor' needs to be an integer >= 2"),
     ({"asha": {"patience": 1}}, "asha: unknown key(s) patience"),
+    ({"train": {"device": "cuda"}}, "device cuda needs a GPU reserved per trial"),
+    ({"space": {"device": ["cpu", "cuda"]}}, "device cuda needs a GPU reserved per trial"),
     ({"model_builder": "nowhere"}, "'model_builder' needs the form package.module:function"),
     ({"model_builder": "no_such_module_x:build"}, "cannot import no_such_module_x"),
     ({"model_builder": "tinykg_train.config:no_such_function"}, "has no function no_such_function"),
@@ -129,3 +131,8 @@ def test_the_shipped_configs_are_valid(repo_root, name):
 
     spec = spec_from_mapping(load_spec(str(repo_root / "configs" / name)), source=name)
     assert spec.n_trials == {"sweep.yaml": 24, "sweep_random.yaml": 16, "sweep_tiny.yaml": 4}[name]
+
+
+def test_cuda_with_a_reserved_gpu_is_accepted():
+    spec = spec_from_mapping({"train": {"device": "cuda"}, "resources": {"gpu": 0.5}})
+    assert spec.gpus_per_trial == 0.5

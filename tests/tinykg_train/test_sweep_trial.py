@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from tinykg_train.config import TrainConfig
 from tinykg_train.run_dir import RunDir
 from tinykg_train.sweep.mlflow_runs import ERROR_TAG, client_for, ensure_experiment
-from tinykg_train.sweep.trial import TrialNamer, record_failure, trial_label
+from tinykg_train.sweep.trial import TrialNamer, record_failure, trial_device, trial_label
 from tinykg_train.tracking import MlflowTracker
 
 
@@ -41,3 +41,9 @@ def test_recording_never_replaces_the_training_error(tmp_path, capsys):
     config = TrainConfig(data="d", out=str(tmp_path / "run"))
     record_failure(tracker, config, RunDir(config.out), RuntimeError("the real error"))
     assert "could not record the failure in MLflow" in capsys.readouterr().err
+
+
+def test_auto_device_follows_the_gpu_reservation():
+    assert trial_device("auto", []) == "cpu"  # Ray would not hide the node's GPUs from this trial
+    assert trial_device("auto", ["0"]) == "auto"  # Ray made the reserved GPU the only one visible
+    assert trial_device("cpu", ["0"]) == "cpu"

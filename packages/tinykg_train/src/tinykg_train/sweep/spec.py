@@ -108,6 +108,14 @@ class SweepSpec:
             )
         if self.asha is not None:
             self._validate_asha(self.asha)
+        devices = {self.fixed_or_default("device")}
+        if self.axis("device") is not None:
+            devices = set(self.axis("device").values)
+        if "cuda" in devices and not self.gpus_per_trial > 0:
+            raise ConfigError(
+                "device cuda needs a GPU reserved per trial: set resources.gpu (--gpus-per-trial), "
+                "e.g. 0.5 to share one GPU between two trials"
+            )
         if self.model_builder is not None:
             resolve_model_builder(self.model_builder)
 

@@ -59,6 +59,15 @@ def trial_id_of(path: str | Path) -> str:
     return Path(path).name.rsplit("-", 1)[-1]
 
 
+def trial_device(requested: str, gpu_ids: list) -> str:
+    """`auto` follows the trial's reservation: a trial that reserved no GPU trains on the CPU.
+
+    Ray hides no GPU from a worker that reserved none, so `auto` alone would put every trial on
+    the node's GPUs, unaccounted for.
+    """
+    return "cpu" if requested == "auto" and not gpu_ids else requested
+
+
 def run_trial(params: Mapping[str, Any], setup: TrialSetup) -> None:
     """Train one trial; `params` are its sampled settings (the Tune trial config)."""
     from ray import tune
@@ -67,7 +76,11 @@ def run_trial(params: Mapping[str, Any], setup: TrialSetup) -> None:
 
     trial_id = tune.get_context().get_trial_id()
     run_dir = RunDir(Path(setup.runs_dir) / trial_id)
+    import ray
+
     settings = {**setup.train, **params}
+    gpus = ray.get_runtime_context().get_accelerator_ids().get("GPU", [])
+    settings["device"] = trial_device(settings.get("device", "auto"), gpus)
     tracker = MlflowTracker(
         tracking_uri=setup.tracking_uri,
         run_name=f"{trial_label(settings)}-{trial_id}",
