@@ -14,38 +14,17 @@ trial fail is refused before Ray starts, with the same one-line message `pipelin
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tinykg_train.config import TrainConfig
+from tinykg_train.config import FLOAT_FIELDS, INT_FIELDS, OPTIONAL_INT_FIELDS, TrainConfig
 from tinykg_train.errors import ConfigError
 
 RANDOM_KINDS = ("choice", "uniform", "loguniform", "randint")
 # Settings that belong to the sweep as a whole (--data) or to each trial (its own run dir).
 PER_SWEEP = frozenset({"data", "out", "resume"})
 NOT_SWEEPABLE = PER_SWEEP | {"extra"}
-
-
-def _field_defaults() -> dict[str, Any]:
-    return {
-        f.name: f.default
-        for f in dataclasses.fields(TrainConfig)
-        if f.default is not dataclasses.MISSING
-    }
-
-
-def _float_fields() -> frozenset[str]:
-    return frozenset(name for name, value in _field_defaults().items() if isinstance(value, float))
-
-
-def _int_fields() -> frozenset[str]:
-    return frozenset(
-        name
-        for name, value in _field_defaults().items()
-        if isinstance(value, int) and not isinstance(value, bool)
-    )
 
 
 def check_settings(settings: Mapping[str, Any], source: str) -> TrainConfig:
@@ -139,7 +118,7 @@ def _checked_range(
         raise ConfigError(f"{where}: needs [low, high] numbers (got {args!r})")
     low, high = args
     if kind == "randint":
-        if name not in _int_fields():
+        if name not in (INT_FIELDS | OPTIONAL_INT_FIELDS):
             raise ConfigError(
                 f"{where}: randint needs an integer setting; use choice or uniform for {name}"
             )
@@ -150,7 +129,7 @@ def _checked_range(
         check_settings({**train, name: low}, where)
         check_settings({**train, name: high - 1}, where)
         return int(low), int(high)
-    if name not in _float_fields():
+    if name not in FLOAT_FIELDS:
         raise ConfigError(
             f"{where}: {kind} draws floats but {name} is not a float setting; use choice or randint"
         )

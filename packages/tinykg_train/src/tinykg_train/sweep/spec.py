@@ -71,6 +71,15 @@ class SweepSpec:
             )
         if not self.experiment:
             raise ConfigError("'experiment' needs to be a non-empty MLflow experiment name")
+        self._validate_settings()
+        self._validate_execution()
+        if self.asha is not None:
+            self._validate_asha(self.asha)
+        if self.model_builder is not None:
+            resolve_model_builder(self.model_builder)
+
+    def _validate_settings(self) -> None:
+        """Fixed settings valid, each swept once and not also fixed; cuda only with a GPU reserved."""
         fixed = sorted(set(self.train) & PER_SWEEP)
         if fixed:
             raise ConfigError(
@@ -86,48 +95,37 @@ class SweepSpec:
             raise ConfigError(
                 f"{', '.join(both)}: set both as a fixed train setting and as a swept axis; keep one"
             )
-        for name, value, rule in (
-            ("num_samples", self.num_samples, "a positive integer"),
-            ("search_seed", self.search_seed, "an integer"),
-        ):
-            if (
-                not isinstance(value, int)
-                or isinstance(value, bool)
-                or (name == "num_samples" and value <= 0)
-            ):
-                raise ConfigError(f"'{name}' needs to be {rule} (got {value!r})")
-        if not self.cpus_per_trial > 0:
-            raise ConfigError(f"'resources.cpu' needs to be > 0 (got {self.cpus_per_trial})")
-        if not self.gpus_per_trial >= 0:
-            raise ConfigError(f"'resources.gpu' needs to be >= 0 (got {self.gpus_per_trial})")
-        if self.max_concurrent is not None and (
-            not isinstance(self.max_concurrent, int) or self.max_concurrent <= 0
-        ):
-            raise ConfigError(
-                f"'max_concurrent' needs to be a positive integer or null (got {self.max_concurrent!r})"
-            )
-        if self.asha is not None:
-            self._validate_asha(self.asha)
-        devices = {self.fixed_or_default("device")}
-        if self.axis("device") is not None:
-            devices = set(self.axis("device").values)
+        device_axis = self.axis("device")
+        devices = set(device_axis.values) if device_axis else {self.fixed_or_default("device")}
         if "cuda" in devices and not self.gpus_per_trial > 0:
             raise ConfigError(
                 "device cuda needs a GPU reserved per trial: set resources.gpu (--gpus-per-trial), "
                 "e.g. 0.5 to share one GPU between two trials"
             )
-        if self.model_builder is not None:
-            resolve_model_builder(self.model_builder)
+
+    def _validate_execution(self) -> None:
+        """Samples, seed, resources and concurrency."""
+        if not _is_int(self.num_samples) or self.num_samples <= 0:
+            raise ConfigError(
+                f"'num_samples' needs to be a positive integer (got {self.num_samples!r})"
+            )
+        if not _is_int(self.search_seed):
+            raise ConfigError(f"'search_seed' needs to be an integer (got {self.search_seed!r})")
+        if not self.cpus_per_trial > 0:
+            raise ConfigError(f"'resources.cpu' needs to be > 0 (got {self.cpus_per_trial})")
+        if not self.gpus_per_trial >= 0:
+            raise ConfigError(f"'resources.gpu' needs to be >= 0 (got {self.gpus_per_trial})")
+        if self.max_concurrent is not None and (
+            not _is_int(self.max_concurrent) or self.max_concurrent <= 0
+        ):
+            raise ConfigError(
+                f"'max_concurrent' needs to be a positive integer or null (got {self.max_concurrent!r})"
+            )
 
     def _validate_asha(self, asha: Asha) -> None:
-        for name in ("grace_period", "reduction_factor"):
+        for name, least in (("grace_period", 1), ("reduction_factor", 2)):
             value = getattr(asha, name)
-            if (
-                not isinstance(value, int)
-                or isinstance(value, bool)
-                or value < (2 if name == "reduction_factor" else 1)
-            ):
-                least = 2 if name == "reduction_factor" else 1
+            if not _is_int(value) or value < least:
                 raise ConfigError(
                     f"'asha.{name}' needs to be an integer >= {least} (got {value!r})"
                 )
@@ -287,6 +285,10 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise ConfigError(f"{where}: expected a mapping of setting: value (got {value!r})")
     return value
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _number(value: Any, where: str) -> float:
