@@ -18,7 +18,7 @@ def test_labels_name_model_bits_lr_seed():
     )
     namer = TrialNamer({"model": "lightgcn", "lr": 0.01})
     trial = SimpleNamespace(config={"bits": 32, "seed": 0}, trial_id="abc_00001")
-    assert namer(trial) == namer.name(trial) == "lightgcn-int32-lr0.01-seed0-abc_00001"
+    assert namer(trial) == namer.name(trial) == "lightgcn-fp32-lr0.01-seed0-abc_00001"
 
 
 def test_a_trial_failing_before_training_still_gets_a_failed_run(tmp_path):

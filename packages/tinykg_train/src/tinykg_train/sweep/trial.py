@@ -37,9 +37,10 @@ class TrialSetup:
 
 
 def trial_label(settings: Mapping[str, Any]) -> str:
-    """A short readable name from a trial's settings, e.g. "kgat-int2-lr0.001-seed0"."""
+    """A short readable name from a trial's settings, e.g. "kgat-int2-lr0.001-seed0" ("fp32": 32 bits)."""
     config = TrainConfig.from_dict({**settings, "data": settings.get("data") or "?"})
-    return f"{config.model}-int{config.bits}-lr{config.lr:g}-seed{config.seed}"
+    width = "fp32" if config.bits == 32 else f"int{config.bits}"
+    return f"{config.model}-{width}-lr{config.lr:g}-seed{config.seed}"
 
 
 class TrialNamer:
