@@ -123,6 +123,14 @@ def test_int2_holds_far_fewer_activation_bytes(name, tiny_dataset, make_config):
     assert held[2] * 5 < held[32], held
 
 
+@pytest.mark.parametrize("name", ALL)
+def test_checkpoints_hold_weights_only(name, tiny_dataset, make_config):
+    """Graph tensors are rebuilt from the dataset, so a state_dict is parameters alone."""
+    model = build_model(name, tiny_dataset, make_config(model=name))
+    parameters = {key for key, _ in model.named_parameters()}
+    assert set(model.state_dict()) == parameters
+
+
 def test_unknown_model_is_a_config_error(tiny_dataset, make_config):
     with pytest.raises(ConfigError, match="unknown model 'transe'"):
         build_model("transe", tiny_dataset, make_config())

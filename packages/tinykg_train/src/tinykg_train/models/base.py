@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from tinykg_train.compress import CompressionConfig, ops
-from tinykg_train.errors import ConfigError, TinyKGError
+from tinykg_train.errors import TinyKGError
 from tinykg_train.models.losses import bpr_loss, l2_penalty
 
 
@@ -50,10 +50,6 @@ class Recommender(nn.Module):
     def read_extra(cls, extra: dict[str, Any]) -> dict[str, Any]:
         """This model's knobs: `EXTRA_DEFAULTS` updated by the known keys of `config.extra`."""
         return {**cls.EXTRA_DEFAULTS, **{k: v for k, v in extra.items() if k in cls.EXTRA_DEFAULTS}}
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.parameters()).device
 
     def set_compression(self, compression: CompressionConfig) -> None:
         """Use another `CompressionConfig` from now on, in this model and every layer of it."""
@@ -147,9 +143,3 @@ class EmbeddingRecommender(Recommender):
             self.prepare_scoring()
         user_vectors, item_vectors = self._scoring
         return user_vectors.index_select(0, users.to(user_vectors.device)) @ item_vectors.T
-
-
-def check_positive(name: str, value: Any, model: str) -> None:
-    """Raise a one-line ConfigError unless `value` is a positive number."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ConfigError(f"'{name}' needs to be a positive number for {model} (got {value!r})")

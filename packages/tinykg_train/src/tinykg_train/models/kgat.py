@@ -67,8 +67,9 @@ class KGAT(EmbeddingRecommender):
             for i in range(len(layer_dims))
         )
 
-        self.register_buffer("edge_index", edges.edge_index)
-        self.register_buffer("edge_relation", edges.relation)
+        # Graph tensors are derived from the dataset: rebuilt, never checkpointed.
+        self.register_buffer("edge_index", edges.edge_index, persistent=False)
+        self.register_buffer("edge_relation", edges.relation, persistent=False)
         order, counts = sort_by_relation(edges.relation, self.num_relations)
         self.register_buffer("edges_by_relation", order, persistent=False)
         self.relation_edge_counts = counts

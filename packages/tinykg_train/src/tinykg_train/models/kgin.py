@@ -85,8 +85,9 @@ class KGIN(EmbeddingRecommender):
             RelationalPathLayer(self.n_users, self.dropout, self.compression)
             for _ in range(config.n_layers)
         )
-        self.register_buffer("kg_edge_index", kg.edge_index)
-        self.register_buffer("kg_relation", kg.relation)
+        # Graph tensors are derived from the dataset: rebuilt, never checkpointed.
+        self.register_buffer("kg_edge_index", kg.edge_index, persistent=False)
+        self.register_buffer("kg_relation", kg.relation, persistent=False)
         self.ui_graph = CSRGraph(interactions.edge_index, self.n_users, self.n_entities)
         self.register_buffer(
             "ui_weight", self.ui_graph.values(interactions.weight), persistent=False
