@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tinykg_kernels.levels import (
-    clipped_normal_density,
+    clip_for,
     expected_max_of_normals,
     interval_constants,
     normal_levels,
@@ -36,14 +36,24 @@ def test_expected_max_of_normals_tracks_a_monte_carlo_estimate():
     assert expected_max_of_normals(64) == pytest.approx(empirical, abs=0.05)
 
 
+def test_closed_form_variance_matches_a_monte_carlo_estimate_of_the_model():
+    """Sample the clipped normal, map it onto [0, 1], average (t - l_i) * (l_(i+1) - t)."""
+    group_len, levels = 64, (0.0, 0.3, 0.7, 1.0)
+    k = clip_for(group_len)
+    z = torch.randn(2_000_000, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    t = (z[z.abs() <= k] / k + 1.0) / 2.0
+    grid = torch.tensor(levels, dtype=torch.float64)
+    upper = torch.searchsorted(grid, t, right=True).clamp(1, 3)
+    sampled = ((t - grid[upper - 1]) * (grid[upper] - t)).mean().item()
+    assert rounding_variance(levels, group_len) == pytest.approx(sampled, rel=2e-3)
+
+
 @pytest.mark.parametrize("group_len", [16, 64])
 def test_levels_minimize_the_modelled_variance(group_len):
-    grid, density = clipped_normal_density(group_len)
     p = normal_levels(group_len)[1]
 
     def cost(inner: float) -> float:
-        levels = torch.tensor([0.0, inner, 1.0 - inner, 1.0], dtype=torch.float64)
-        return rounding_variance(levels, density, grid)
+        return rounding_variance((0.0, inner, 1.0 - inner, 1.0), group_len)
 
     assert cost(p) < cost(p - 0.01) and cost(p) < cost(p + 0.01)
     assert cost(p) < cost(1 / 3)  # better than uniform thirds under the model

@@ -84,15 +84,32 @@ def _load_tile(x_ptr, offs, valid, X_BF16: tl.constexpr, MASKED: tl.constexpr):
 
 
 @triton.jit
-def _tile_min_max(x, valid, MASKED: tl.constexpr):
-    """Per-row min and max of a tile; NaN propagates (the row is then flagged bad)."""
-    if MASKED:
-        low = tl.where(valid, x, float("inf"))
-        high = tl.where(valid, x, float("-inf"))
+def _row_min_max(low, high, INTERPRETER: tl.constexpr):
+    """Row-wise min of `low` and max of `high`, either one NaN when the row holds a NaN.
+
+    On a GPU: a NaN-propagating reduction (one `min.NaN` per element). The interpreter runs a custom
+    combine function element by element in Python, and its own `tl.min` skips NaN, so there NaN is
+    first mapped to -inf (min) and +inf (max): the row is flagged bad either way.
+    """
+    if INTERPRETER:
+        low = tl.min(tl.where(low != low, float("-inf"), low), 1)
+        high = tl.max(tl.where(high != high, float("inf"), high), 1)
     else:
-        low = x
-        high = x
-    return tl.reduce(low, 1, _nan_min), tl.reduce(high, 1, _nan_max)
+        low = tl.reduce(low, 1, _nan_min)
+        high = tl.reduce(high, 1, _nan_max)
+    return low, high
+
+
+@triton.jit
+def _tile_min_max(x, valid, row_ok, MASKED: tl.constexpr, INTERPRETER: tl.constexpr):
+    """Per-row min and max of a tile (see `_row_min_max`). Rows past the last group get 0 and 0,
+    so their (never stored) arithmetic stays finite."""
+    if MASKED:
+        low, high = _row_min_max(tl.where(valid, x, float("inf")), tl.where(valid, x, float("-inf")),
+                                 INTERPRETER)
+        return tl.where(row_ok, low, 0.0), tl.where(row_ok, high, 0.0)
+    else:
+        return _row_min_max(x, x, INTERPRETER)
 
 
 @triton.jit
@@ -175,7 +192,7 @@ def _quantize_kernel(
     NORMAL: tl.constexpr, LEVEL1: tl.constexpr, LEVEL2: tl.constexpr,
     INV_W0: tl.constexpr, INV_W1: tl.constexpr, INV_W2: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, SINGLE_CHUNK: tl.constexpr,
-    MASKED: tl.constexpr, ROUNDS: tl.constexpr,
+    MASKED: tl.constexpr, ROUNDS: tl.constexpr, INTERPRETER: tl.constexpr,
 ):
     MAX_CODE: tl.constexpr = (1 << BITS) - 1
     if NORMAL:
@@ -190,16 +207,16 @@ def _quantize_kernel(
     if SINGLE_CHUNK:
         offs, valid = _tile_offsets(rows64, row_ok, 0, group_len, numel, BLOCK_C, MASKED)
         x = _load_tile(x_ptr, offs, valid, X_BF16, MASKED)
-        lo, hi = _tile_min_max(x, valid, MASKED)
+        lo, hi = _tile_min_max(x, valid, row_ok, MASKED, INTERPRETER)
     else:
         lo = tl.full((BLOCK_R,), float("inf"), tl.float32)
         hi = tl.full((BLOCK_R,), float("-inf"), tl.float32)
         for chunk in range(0, n_chunks):
             offs_c, valid_c = _tile_offsets(rows64, row_ok, chunk, group_len, numel, BLOCK_C, MASKED)
             lo_c, hi_c = _tile_min_max(_load_tile(x_ptr, offs_c, valid_c, X_BF16, MASKED),
-                                       valid_c, MASKED)
-            lo = _nan_min(lo, lo_c)
-            hi = _nan_max(hi, hi_c)
+                                       valid_c, row_ok, MASKED, INTERPRETER)
+            lo = tl.minimum(lo, lo_c, propagate_nan=tl.PropagateNan.ALL)
+            hi = tl.maximum(hi, hi_c, propagate_nan=tl.PropagateNan.ALL)
 
     # stored parameters: zero rounded down, scale rounded up; NaN for bad groups
     zero_bits, zero = round_param(lo, False, PARAM)
@@ -378,6 +395,7 @@ def quantize_launch(
         "SINGLE_CHUNK": n_chunks == 1,
         "MASKED": _needs_mask(layout, block_r, block_c),
         "ROUNDS": PHILOX_ROUNDS,
+        "INTERPRETER": INTERPRETED,
     }
     return Launch(_quantize_kernel, (triton.cdiv(layout.n_groups, block_r),), args, constants)
 

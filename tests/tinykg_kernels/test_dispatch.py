@@ -1,0 +1,91 @@
+"""Backend choice: read at call time, never the interpreter under `auto`, clear refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tinykg_kernels import dequantize, dispatch, quantize
+
+CPU, CUDA, META = torch.device("cpu"), torch.device("cuda"), torch.device("meta")
+
+
+def test_choice_follows_the_argument_then_the_environment(monkeypatch):
+    monkeypatch.delenv(dispatch.BACKEND_ENV, raising=False)
+    assert dispatch.requested_backend() == "auto"
+    monkeypatch.setenv(dispatch.BACKEND_ENV, " Torch ")
+    assert dispatch.requested_backend() == "torch"
+    assert dispatch.requested_backend("triton") == "triton"
+    monkeypatch.setenv(dispatch.BACKEND_ENV, "gpu")
+    with pytest.raises(
+        ValueError, match=r"TINYKG_KERNELS_BACKEND must be one of auto, torch, triton \(got 'gpu'\)"
+    ):
+        dispatch.requested_backend()
+
+
+def test_auto_keeps_cpu_tensors_on_torch_even_under_the_interpreter(monkeypatch):
+    monkeypatch.setattr(dispatch, "WITH_TRITON", True)
+    assert dispatch.select_backend(CPU, "auto") == "torch"
+    assert dispatch.select_backend(META, "auto") == "torch"
+    assert dispatch.select_backend(CUDA, "auto") == "triton"
+    monkeypatch.setattr(dispatch, "WITH_TRITON", False)  # the flag is read at call time
+    assert dispatch.select_backend(CUDA, "auto") == "torch"
+
+
+def test_forced_triton_without_triton_says_how_to_install_it(monkeypatch):
+    monkeypatch.setattr(dispatch, "WITH_TRITON", False)
+    with pytest.raises(RuntimeError, match=r"pip install 'tinykg-kernels\[triton\]'"):
+        dispatch.select_backend(CUDA, "triton")
+
+
+def test_forced_triton_refuses_a_cpu_tensor_unless_interpreted(monkeypatch):
+    pytest.importorskip("triton")
+    ops = dispatch.triton_ops()
+    monkeypatch.setattr(dispatch, "WITH_TRITON", True)
+    monkeypatch.setattr(ops, "INTERPRETED", False)
+    with pytest.raises(
+        RuntimeError, match="needs a CUDA tensor \\(got a cpu tensor\\).*TRITON_INTERPRET=1"
+    ):
+        dispatch.select_backend(CPU, "triton")
+    monkeypatch.setattr(ops, "INTERPRETED", True)
+    assert dispatch.select_backend(CPU, "triton") == "triton"
+    with pytest.raises(RuntimeError, match="got a meta tensor"):
+        dispatch.select_backend(META, "triton")
+
+
+@pytest.fixture
+def triton_calls(monkeypatch):
+    """Count calls into the real Triton launchers (they still run)."""
+    pytest.importorskip("triton")
+    ops = dispatch.triton_ops()
+    calls = []
+    for name in ("quantize", "dequantize"):
+        real = getattr(ops, name)
+        monkeypatch.setattr(
+            ops, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k)
+        )
+    return calls
+
+
+def test_quantize_reads_the_environment_at_each_call(monkeypatch, triton_calls):
+    if not dispatch.triton_ops().INTERPRETED:
+        pytest.skip("needs Triton's interpreter for CPU tensors")
+    x = torch.randn(9, 70)
+    monkeypatch.setenv(dispatch.BACKEND_ENV, "torch")
+    by_torch = quantize(x, stochastic=False)
+    assert triton_calls == []
+    monkeypatch.setenv(dispatch.BACKEND_ENV, "triton")
+    by_triton = quantize(x, stochastic=False)
+    back = dequantize(by_triton)
+    assert triton_calls == ["quantize", "dequantize"]
+    assert torch.equal(by_triton.codes, by_torch.codes)
+    assert torch.equal(back, dequantize(by_torch, backend="torch"))
+
+
+def test_auto_never_sends_a_cpu_tensor_to_triton(monkeypatch, triton_calls):
+    monkeypatch.setenv(dispatch.BACKEND_ENV, "auto")
+    x = torch.randn(9, 70)
+    q = quantize(x, seed=0)
+    dequantize(q)
+    assert triton_calls == []
+    assert torch.equal(q.codes, quantize(x, seed=0, backend="torch").codes)
