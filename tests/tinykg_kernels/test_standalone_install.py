@@ -4,7 +4,6 @@ installs it, round-trips a tensor, and passes the kernel test suite without the 
 from __future__ import annotations
 
 import subprocess
-import sys
 import venv
 from pathlib import Path
 
@@ -30,7 +29,9 @@ print("round-trip ok", err)
 
 
 def _pip(python: Path, *args: str) -> None:
-    result = subprocess.run([str(python), "-m", "pip", "install", "-q", *args], capture_output=True, text=True)
+    result = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", *args], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
 
 
@@ -40,18 +41,28 @@ def standalone_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
     # torch pinned to the local CPU wheel (a bare torch would pull a multi-GB CUDA build)
-    _pip(python, "torch==2.13.0", f"{ROOT / 'packages' / 'tinykg_kernels'}[triton]", "pytest", "pytest-timeout")
+    _pip(
+        python,
+        "torch==2.13.0",
+        f"{ROOT / 'packages' / 'tinykg_kernels'}[triton]",
+        "pytest",
+        "pytest-timeout",
+    )
     return python
 
 
 def test_installs_alone_and_round_trips(standalone_python: Path):
-    result = subprocess.run([str(standalone_python), "-c", ROUND_TRIP], capture_output=True, text=True, cwd="/")
+    result = subprocess.run(
+        [str(standalone_python), "-c", ROUND_TRIP], capture_output=True, text=True, cwd="/"
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "round-trip ok" in result.stdout
 
 
 def test_kernel_suite_passes_in_standalone_venv(standalone_python: Path):
-    tests = sorted(p.name for p in Path(__file__).parent.glob("test_*.py") if p.name != Path(__file__).name)
+    tests = sorted(
+        p.name for p in Path(__file__).parent.glob("test_*.py") if p.name != Path(__file__).name
+    )
     assert tests, "no kernel tests found next to this file"
     result = subprocess.run(
         [str(standalone_python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],

@@ -87,17 +87,6 @@ def round_param(v, UP: tl.constexpr, PARAM: tl.constexpr):
 
 
 @triton.jit
-def param_nan_bits(PARAM: tl.constexpr):
-    """The NaN that marks a bad group, as the stored pattern (torch's canonical NaN)."""
-    if PARAM == 0:
-        return 0x7FC0
-    elif PARAM == 1:
-        return 0x7E00
-    else:
-        return float("nan")
-
-
-@triton.jit
 def load_param(ptr, rows, row_ok, PARAM: tl.constexpr):
     """Per-row parameter as float32 (16-bit ones are stored as int16 bit patterns)."""
     if PARAM == 2:
@@ -110,11 +99,14 @@ def load_param(ptr, rows, row_ok, PARAM: tl.constexpr):
 
 
 @triton.jit
-def store_param(ptr, rows, row_ok, pattern, PARAM: tl.constexpr):
-    if PARAM == 2:
-        tl.store(ptr + rows, pattern, mask=row_ok)
+def store_param(ptr, rows, row_ok, pattern, bad, PARAM: tl.constexpr):
+    """Store per-row parameters; bad rows get torch's canonical NaN of the parameter dtype."""
+    if PARAM == 0:
+        tl.store(ptr + rows, tl.where(bad, 0x7FC0, pattern).to(tl.int16), mask=row_ok)
+    elif PARAM == 1:
+        tl.store(ptr + rows, tl.where(bad, 0x7E00, pattern).to(tl.int16), mask=row_ok)
     else:
-        tl.store(ptr + rows, pattern.to(tl.int16), mask=row_ok)
+        tl.store(ptr + rows, tl.where(bad, float("nan"), pattern), mask=row_ok)
 
 
 @triton.jit

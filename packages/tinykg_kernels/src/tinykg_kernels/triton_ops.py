@@ -34,7 +34,6 @@ from tinykg_kernels.triton_bits import (
     bf16_bits_nearest,
     is_finite,
     load_param,
-    param_nan_bits,
     round_param,
     store_param,
 )
@@ -225,8 +224,8 @@ def _quantize_kernel(
     scale_bits, scale = round_param(raw, True, PARAM)
     # NaN reaches both min and max; +-inf makes zero or scale infinite; so these two suffice
     bad = ~(is_finite(zero) & is_finite(scale))
-    store_param(scale_ptr, rows64, row_ok, tl.where(bad, param_nan_bits(PARAM), scale_bits), PARAM)
-    store_param(zero_ptr, rows64, row_ok, tl.where(bad, param_nan_bits(PARAM), zero_bits), PARAM)
+    store_param(scale_ptr, rows64, row_ok, scale_bits, bad, PARAM)
+    store_param(zero_ptr, rows64, row_ok, zero_bits, bad, PARAM)
     positive = scale > 0
     ones = tl.full(scale.shape, 1.0, tl.float32)
     inverse = tl.where(positive, tl.math.div_rn(ones, tl.where(positive, scale, ones)), 0.0)
