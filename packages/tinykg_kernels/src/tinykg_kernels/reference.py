@@ -89,15 +89,18 @@ def grouped(x_flat: torch.Tensor, layout: GroupLayout) -> torch.Tensor:
 def encode(
     t: torch.Tensor, u: torch.Tensor | float, scheme: str, layout: GroupLayout
 ) -> torch.Tensor:
-    """Codes (uint8) of positions `t` (in units of scale above zero) for noise `u`."""
+    """Codes (uint8) of positions `t` (in units of scale above zero) for noise `u`.
+
+    Overwrites `t` (a temporary of `quantize`) to save memory on big inputs.
+    """
     if scheme == "uniform":
-        return (t + u).floor_().clamp_(0, layout.max_code).to(torch.uint8)
+        return t.add_(u).floor_().clamp_(0, layout.max_code).to(torch.uint8)
     levels, inverse_widths = interval_constants(layout.group_len)
     lower = (t >= levels[1]).to(torch.uint8) + (t >= levels[2]).to(torch.uint8)
     level_table = torch.tensor(levels[:3], dtype=torch.float32, device=t.device)
     width_table = torch.tensor(inverse_widths, dtype=torch.float32, device=t.device)
     index = lower.long()
-    p_up = (t - level_table[index]) * width_table[index]
+    p_up = t.sub_(level_table[index]).mul_(width_table[index])
     return lower + (u < p_up).to(torch.uint8)
 
 
@@ -117,12 +120,12 @@ def quantize(
     zero, scale, bad = group_params(lo, hi, steps_for(scheme, layout), param_dtype)
     scale_f = scale.float()
     inverse = torch.where(scale_f > 0, 1.0 / scale_f, torch.zeros_like(scale_f))
-    t = (x - zero.float()[:, None]) * inverse[:, None]
-    t = torch.where(bad[:, None], 0.0, t)
+    t = torch.sub(x, zero.float()[:, None]).mul_(inverse[:, None])
     u: torch.Tensor | float = 0.5 if noise is None else grouped(noise, layout)
     codes = encode(t, u, scheme, layout)
     codes.view(-1)[layout.numel :] = 0  # the padding of a short last group
-    return pack_codes(codes, layout), scale, zero
+    # bad groups store codes 0 (their t may be NaN, whose conversion is meaningless)
+    return pack_codes(codes, layout).masked_fill_(bad[:, None], 0), scale, zero
 
 
 def dequantize(
@@ -140,5 +143,5 @@ def dequantize(
     else:
         levels, _ = interval_constants(layout.group_len)
         level = torch.tensor(levels, dtype=torch.float32, device=codes.device)[codes.long()]
-    values = zero.float()[:, None] + level * scale.float()[:, None]
+    values = level.mul_(scale.float()[:, None]).add_(zero.float()[:, None])  # zero + level * scale
     return values.reshape(-1)[: layout.numel].to(dtype)
