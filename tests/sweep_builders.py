@@ -48,3 +48,22 @@ def valid_items_last_seed_1_kill_seed_2(name, dataset, config):
     if config.seed == 2:
         os.kill(os.getpid(), signal.SIGKILL)
     return valid_items_last_for_seed_1(name, dataset, config)
+
+
+def slow_seed_1(name, dataset, config):
+    """The real model; for seed 1 every training step takes at least a second, so a test can
+    interrupt that trial between its epochs."""
+    import time
+
+    from tinykg_train.models import build_model
+
+    model = build_model(name, dataset, config)
+    if config.seed == 1:
+        loss = model.loss
+
+        def slow_loss(*batch):
+            time.sleep(1.0)
+            return loss(*batch)
+
+        model.loss = slow_loss
+    return model

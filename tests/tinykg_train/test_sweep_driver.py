@@ -22,6 +22,7 @@ from tinykg_train.sweep.mlflow_runs import (
     ERROR_TAG,
     STOPPED_TAG,
     SWEEP_TAG,
+    TRIAL_TAG,
     child_runs,
     client_for,
 )
@@ -104,9 +105,12 @@ def test_finished_stopped_and_killed_trials_each_end_right_in_mlflow(data, tmp_p
 
 @pytest.mark.slow
 def test_resume_continues_an_interrupted_sweep_in_the_same_runs(data, tmp_path):
+    # one at a time: seed 0 finishes, then seed 1 (2 s per epoch) is interrupted after its first
+    # epoch's checkpoint; --resume must continue it from there in the same MLflow run
     command = sweep_command(
-        tmp_path, data, "--seed", "0,1", "--epochs", "3", "--max-concurrent", "1"
-    )
+        tmp_path, data, "--seed", "0,1", "--epochs", "4", "--max-concurrent", "1",
+        "--model-builder", "tests.sweep_builders:slow_seed_1",
+    )  # fmt: skip
     process = subprocess.Popen(
         command,
         cwd=REPO,
@@ -121,7 +125,11 @@ def test_resume_continues_an_interrupted_sweep_in_the_same_runs(data, tmp_path):
             time.sleep(0.5)
             if (tmp_path / "sweeps" / "tiny" / "sweep.json").exists():
                 _, _, runs = read_sweep(tmp_path)
-                if 1 in runs:  # one at a time: Tune has seen seed 0 complete and started seed 1
+                trial = runs[1].data.tags[TRIAL_TAG] if 1 in runs else None
+                if (
+                    trial
+                    and (tmp_path / "sweeps" / "tiny" / "runs" / trial / "checkpoint.pt").exists()
+                ):
                     break
         assert process.poll() is None, "the sweep ended before it could be interrupted"
         process.send_signal(signal.SIGINT)  # Ctrl-C: Tune saves its state and stops
@@ -131,21 +139,22 @@ def test_resume_continues_an_interrupted_sweep_in_the_same_runs(data, tmp_path):
             process.kill()
             process.wait()
     assert process.returncode == 130, output[-3000:]
-    assert "--resume" in output
-    _, parent, before = read_sweep(tmp_path)
+    assert "interrupted: continue it with the same command plus --resume" in output
+    client, parent, before = read_sweep(tmp_path)
     assert parent.info.status == "KILLED"
-    assert before[0].info.status == "FINISHED" and all(
-        run.info.status in ("FINISHED", "KILLED") for run in before.values()
-    )
+    assert {s: r.info.status for s, r in before.items()} == {0: "FINISHED", 1: "KILLED"}
 
     done = run_sweep_cli([*command, "--resume"])
     assert done.returncode == 0, done.stderr[-3000:]
     assert "2 trial(s): 2 finished" in done.stdout
-    _, parent, after = read_sweep(tmp_path)
+    client, parent, after = read_sweep(tmp_path)
     assert parent.info.status == "FINISHED"
-    assert set(after) == {0, 1} and all(r.info.status == "FINISHED" for r in after.values())
-    # the same MLflow runs continued: nothing duplicated, the finished trial untouched
-    assert {s: r.info.run_id for s, r in before.items()}.items() <= {
-        s: r.info.run_id for s, r in after.items()
-    }.items()
+    assert {s: r.info.status for s, r in after.items()} == {0: "FINISHED", 1: "FINISHED"}
+    # the same MLflow runs: the finished trial untouched, the interrupted one continued
+    assert {s: r.info.run_id for s, r in after.items()} == {
+        s: r.info.run_id for s, r in before.items()
+    }
     assert after[0].info.end_time == before[0].info.end_time
+    assert after[1].data.tags["resumed"] == "true"
+    epochs = {m.step for m in client.get_metric_history(after[1].info.run_id, "train_loss")}
+    assert epochs == {0, 1, 2, 3}
