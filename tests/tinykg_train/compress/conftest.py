@@ -10,8 +10,6 @@ import torch
 
 from tinykg_train.compress import CompressionConfig
 
-ALL_BITS = (32, 8, 4, 2, 1)
-
 
 def gradients(
     op: Callable[..., torch.Tensor], inputs: Sequence[torch.Tensor], probe: torch.Tensor
