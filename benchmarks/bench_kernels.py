@@ -1,0 +1,123 @@
+"""Quantize / dequantize throughput of tinykg_kernels, written to BENCHMARKS.md.
+
+    python -m benchmarks.bench_kernels              # CPU section; the CUDA section too on a GPU
+    python -m benchmarks.bench_kernels --skip-cpu   # the CUDA section only
+
+- `kernels-cpu`: the torch path on `[rows, 64]` float32 per bit width: GB/s and `x.nbytes / q.nbytes`.
+- `kernels-cuda`: Triton vs torch on `[4M, 64]` float32, and each bandwidth as a fraction of a
+  device-to-device copy of the same tensor timed in the same run (goal: >= 0.8 at INT2).
+
+GB/s counts bytes read plus bytes written (`x.nbytes + q.nbytes` for both directions); a copy
+moves `2 * x.nbytes`. Quantize runs with `check_finite=False` (the NaN check adds one small
+reduction over the scales and a device sync). Rounding is stochastic unless marked `nearest`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import torch
+
+from benchmarks._report import markdown_table, write_section
+from tinykg_kernels import dispatch
+from tinykg_kernels.bench import Measurement, backends_for, copy_gbps, measure
+
+BITS = [1, 2, 4, 8]
+
+
+def rows_of(measurements: list[Measurement], copy: float | None) -> list[list[object]]:
+    rows = []
+    for m in measurements:
+        row: list[object] = [
+            m.backend,
+            m.bits,
+            "stochastic" if m.stochastic else "nearest",
+            f"{m.ratio:.2f}",
+            f"{m.quantize_gbps:.2f}",
+            f"{m.dequantize_gbps:.2f}",
+        ]
+        if copy:
+            row += [f"{m.quantize_gbps / copy:.2f}", f"{m.dequantize_gbps / copy:.2f}"]
+        rows.append(row)
+    return rows
+
+
+HEADERS = ["backend", "bits", "rounding", "x / q bytes", "quantize GB/s", "dequantize GB/s"]
+
+
+def cpu_section(rows: int, repeats: int) -> None:
+    load_before = os.getloadavg()[0]
+    x = torch.randn(rows, 64)
+    results = [measure(x, bits, "torch", repeats) for bits in BITS]
+    load_after = os.getloadavg()[0]
+    int2 = next(m for m in results if m.bits == 2)
+    body = (
+        f"Input `[{rows:,}, 64]` float32 ({x.nbytes / 2**20:.0f} MiB), one group per row, 16-bit "
+        f"scale and zero point; median of {repeats} runs after a warm-up; torch threads: "
+        f"{torch.get_num_threads()}. Load average (1 min) at the start: {load_before:.2f}, at the "
+        "end: "
+        f"{load_after:.2f} (the machine is shared: other work on its cores slows every figure).\n\n"
+        + markdown_table(HEADERS, rows_of(results, None))
+        + f"\n\n- INT2 compression: **{int2.ratio:.1f}x** (goal >= 12x on `[N, 64]` float32)."
+    )
+    write_section("kernels-cpu", "Quantize / dequantize on CPU (tinykg_kernels, torch path)", body)
+
+
+def cuda_section(rows: int, repeats: int) -> None:
+    device = torch.device("cuda")
+    x = torch.randn(rows, 64, device=device)
+    copy = copy_gbps(x, repeats)
+    results = [
+        measure(x, bits, backend, repeats) for backend in backends_for(device) for bits in BITS
+    ]
+    if dispatch.WITH_TRITON:
+        results.append(measure(x, 2, "triton", repeats, stochastic=False))
+    lines = [
+        f"Input `[{rows:,}, 64]` float32 ({x.nbytes / 2**30:.2f} GiB) on "
+        f"{torch.cuda.get_device_name(device)}; device-to-device copy of it: **{copy:.0f} GB/s** "
+        f"(bytes read + written). Median of timed runs after warm-up (`triton.testing.do_bench`).",
+        "",
+        markdown_table([*HEADERS, "quantize / copy", "dequantize / copy"], rows_of(results, copy)),
+        "",
+    ]
+    by_key = {(m.backend, m.bits, m.stochastic): m for m in results}
+    if ("triton", 2, True) in by_key:
+        triton2 = by_key[("triton", 2, True)]
+        lines.append(
+            f"- INT2 Triton: quantize+pack **{triton2.quantize_gbps / copy:.2f}** of copy, "
+            f"unpack+dequantize **{triton2.dequantize_gbps / copy:.2f}** of copy (goal >= 0.8)."
+        )
+        for bits in BITS:
+            t, p = by_key[("triton", bits, True)], by_key[("torch", bits, True)]
+            lines.append(
+                f"- INT{bits} Triton / torch: quantize {p.quantize_s / t.quantize_s:.1f}x, "
+                f"dequantize {p.dequantize_s / t.dequantize_s:.1f}x faster."
+            )
+    else:
+        lines.append("- Triton is not importable here: torch path only.")
+    write_section(
+        "kernels-cuda", "Quantize / dequantize on CUDA (tinykg_kernels)", "\n".join(lines)
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cpu-rows", type=int, default=262_144)
+    parser.add_argument("--cuda-rows", type=int, default=4 * 2**20)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--skip-cpu", action="store_true", help="only the CUDA section")
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if not args.skip_cpu:
+        cpu_section(args.cpu_rows, args.repeats)
+    if torch.cuda.is_available():
+        cuda_section(args.cuda_rows, args.repeats)
+    elif args.skip_cpu:
+        raise SystemExit("--skip-cpu needs a CUDA GPU: nothing to measure here")
+
+
+if __name__ == "__main__":
+    main()
