@@ -22,6 +22,7 @@ load or store carries a mask.
 
 from __future__ import annotations
 
+import contextlib
 from typing import NamedTuple
 
 import torch
@@ -183,7 +184,7 @@ def _pack_store(codes_ptr, code, bad, rows64, row_ok, chunk, bytes_per_group,
         tl.store(ptrs, packed)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["seed"])  # a new seed per call must not mean a new compile
 def _quantize_kernel(
     x_ptr, noise_ptr, codes_ptr, scale_ptr, zero_ptr,
     numel, n_groups, group_len, bytes_per_group, quads_per_group, n_chunks, seed,
@@ -358,9 +359,12 @@ class Launch(NamedTuple):
     constants: dict[str, object]
 
     def run(self) -> None:
-        self.kernel[self.grid](
-            *self.args, **self.constants, num_warps=NUM_WARPS, enable_fp_fusion=False
-        )
+        """Launch on the device of the first tensor (Triton launches on the current device)."""
+        device = next(a.device for a in self.args if isinstance(a, torch.Tensor))
+        with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+            self.kernel[self.grid](
+                *self.args, **self.constants, num_warps=NUM_WARPS, enable_fp_fusion=False
+            )
 
 
 def quantize_launch(
