@@ -22,6 +22,18 @@ def make_graph(dtype: torch.dtype = torch.float32, index_dtype: torch.dtype = to
     return edge_index, x, weight
 
 
+def gather_scatter(src, dst, x, weight, num_nodes, reduce):
+    """The aggregation as PyG-style message passing: gather messages, scale, scatter-add."""
+    messages = x.index_select(0, src)
+    if weight is not None:
+        messages = messages * weight[:, None]
+    out = x.new_zeros((num_nodes, *x.shape[1:])).index_add(0, dst, messages)
+    if reduce == "mean":
+        degree = torch.bincount(dst.long(), minlength=num_nodes).clamp(min=1).to(x.dtype)
+        out = out / degree[:, None]
+    return out
+
+
 def dense_reference(edge_index, x, weight, reduce):
     """The same aggregation as a dense adjacency product (an independent formulation)."""
     adjacency = torch.zeros(NUM_NODES, NUM_SRC, dtype=x.dtype)
@@ -44,6 +56,8 @@ def test_forward_is_exact_at_every_bit_width(bits, reduce, weighted):
     ones = torch.ones(EDGES)
     dense = dense_reference(edge_index, x, weight if weighted else ones, reduce)
     torch.testing.assert_close(out, dense, rtol=1e-5, atol=1e-5)
+    scattered = gather_scatter(edge_index[0], edge_index[1], x, weight, NUM_NODES, reduce)
+    torch.testing.assert_close(out, scattered, rtol=1e-5, atol=1e-5)
     assert out[-2:].abs().sum() == 0  # nodes without incoming edges
 
 
@@ -63,7 +77,7 @@ def test_function_backward_matches_finite_differences_and_plain_op(
         probe,
     )
     plain = grad_tools.gradients(
-        lambda x, w: aggregate(edge_index[0], edge_index[1], x, w, NUM_NODES, reduce),
+        lambda x, w: gather_scatter(edge_index[0], edge_index[1], x, w, NUM_NODES, reduce),
         (x, weight),
         probe,
     )
@@ -73,7 +87,7 @@ def test_function_backward_matches_finite_differences_and_plain_op(
 
 def test_gradients_at_8_bits_within_one_percent(grad_tools):
     edge_index, x, weight = make_graph()
-    probe = aggregate(edge_index[0], edge_index[1], x, weight, NUM_NODES, "sum").detach()
+    probe = gather_scatter(edge_index[0], edge_index[1], x, weight, NUM_NODES, "sum").detach()
     op = lambda x, w, c: spmm(edge_index, x, NUM_NODES, w, config=c)  # noqa: E731
     exact = grad_tools.gradients(lambda x, w: op(x, w, CompressionConfig()), (x, weight), probe)
     torch.manual_seed(1)
@@ -126,3 +140,22 @@ def test_bad_arguments_raise_one_clear_line():
         spmm(edge_index, x, NUM_NODES, weight[:-1], config=config)
     with pytest.raises(ValueError, match="integer dtype"):
         spmm(edge_index.float(), x, NUM_NODES, config=config)
+    for bits in (32, 2):
+        with pytest.raises(ValueError, match="node id outside"):
+            spmm(edge_index, x, NUM_NODES - 5, config=CompressionConfig(bits=bits))
+        with pytest.raises(ValueError, match="node id outside"):
+            spmm(edge_index, x[:10], NUM_NODES, config=CompressionConfig(bits=bits))
+
+
+@pytest.mark.parametrize("bits", [32, 2])
+def test_operands_with_more_dims_aggregate_per_feature(bits, grad_tools):
+    edge_index, x, weight = make_graph()
+    heads = x.detach().reshape(NUM_SRC, 3, 11).requires_grad_()  # e.g. per-head features
+    op = lambda x, w: spmm(edge_index, x, NUM_NODES, w, config=CompressionConfig(bits=bits))  # noqa: E731
+    out = op(heads, weight)
+    flat = spmm(edge_index, x.detach(), NUM_NODES, weight.detach(), config=CompressionConfig())
+    assert torch.equal(out.reshape(NUM_NODES, -1), flat)
+    probe = torch.randn(NUM_NODES, 3, 11)
+    torch.manual_seed(0)
+    grad_x, grad_w = grad_tools.gradients(op, (heads, weight), probe)
+    assert grad_x.shape == heads.shape and grad_w.shape == weight.shape
