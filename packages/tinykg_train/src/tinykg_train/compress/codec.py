@@ -14,15 +14,10 @@ from typing import Any
 
 import torch
 
+from tinykg_kernels import QuantizedTensor, dequantize, quantize, unproject
 from tinykg_train.compress import stack
 from tinykg_train.compress.config import CompressionConfig
 from tinykg_train.compress.masks import PackedMask
-
-
-def _kernels() -> Any:
-    import tinykg_kernels
-
-    return tinykg_kernels
 
 
 @dataclass(frozen=True)
@@ -42,15 +37,14 @@ class Compressed:
     smallest normal float, a bias of 1e-38), so a ReLU backward that reads `result > 0` is exact.
     """
 
-    quantized: Any  # tinykg_kernels.QuantizedTensor
+    quantized: QuantizedTensor
     projection: Projection | None = None
     positive: PackedMask | None = None
 
     def decode(self) -> torch.Tensor:
-        kernels = _kernels()
-        values = kernels.dequantize(self.quantized)
+        values = dequantize(self.quantized)
         if self.projection is not None:
-            values = kernels.unproject(values, self.projection.dim, self.projection.seed)
+            values = unproject(values, self.projection.dim, self.projection.seed)
         if self.positive is not None:
             tiny = torch.finfo(values.dtype).tiny
             values = torch.where(self.positive.decode(), values.clamp_min(tiny), 0.0)
@@ -71,7 +65,7 @@ class Compressed:
     @classmethod
     def rebuild(cls, meta: tuple, parts: tuple[torch.Tensor, ...]) -> Compressed:
         quantized_meta, projection, mask_shape = meta
-        quantized = _kernels().QuantizedTensor.from_tensors(quantized_meta, parts[:3])
+        quantized = QuantizedTensor.from_tensors(quantized_meta, parts[:3])
         positive = None if mask_shape is None else PackedMask.rebuild(mask_shape, parts[3:])
         return cls(quantized, projection, positive)
 
@@ -91,15 +85,14 @@ def _random_seed() -> int:
 def _compress(
     tensor: torch.Tensor, config: CompressionConfig, project: bool, exact_positives: bool
 ) -> Compressed:
-    kernels = _kernels()
     projection = None
     values = tensor.detach()
     if project and config.projection_ratio is not None and values.dim() >= 1:
         dim = values.shape[-1]
         if math.ceil(dim / config.projection_ratio) < dim:
             projection = Projection(dim, _random_seed())
-            values = kernels.project(values, config.projection_ratio, projection.seed)
-    quantized = kernels.quantize(
+            values = project(values, config.projection_ratio, projection.seed)
+    quantized = quantize(
         values,
         bits=config.bits,
         group_size=config.group_for(tuple(values.shape)),
