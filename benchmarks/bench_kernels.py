@@ -46,19 +46,22 @@ def rows_of(measurements: list[Measurement], copy: float | None) -> list[list[ob
 HEADERS = ["backend", "bits", "rounding", "x / q bytes", "quantize GB/s", "dequantize GB/s"]
 
 
-def cpu_section(rows: int, repeats: int) -> None:
+def cpu_section(rows: int, repeats: int, threads: list[int]) -> None:
     load_before = os.getloadavg()[0]
     x = torch.randn(rows, 64)
-    results = [measure(x, bits, "torch", repeats) for bits in BITS]
+    table_rows, int2 = [], None
+    for count in threads:
+        torch.set_num_threads(count)
+        for m in (measure(x, bits, "torch", repeats) for bits in BITS):
+            table_rows.append([count, *rows_of([m], None)[0]])
+            int2 = m if m.bits == 2 else int2
     load_after = os.getloadavg()[0]
-    int2 = next(m for m in results if m.bits == 2)
     body = (
         f"Input `[{rows:,}, 64]` float32 ({x.nbytes / 2**20:.0f} MiB), one group per row, 16-bit "
-        f"scale and zero point; median of {repeats} runs after a warm-up; torch threads: "
-        f"{torch.get_num_threads()}. Load average (1 min) at the start: {load_before:.2f}, at the "
-        "end: "
-        f"{load_after:.2f} (the machine is shared: other work on its cores slows every figure).\n\n"
-        + markdown_table(HEADERS, rows_of(results, None))
+        f"scale and zero point; median of {repeats} runs after a warm-up, per torch thread count. "
+        f"Load average (1 min) at the start: {load_before:.2f}, at the end: {load_after:.2f} (the "
+        "machine is shared: other work on its cores slows every figure, multi-threaded runs most).\n\n"
+        + markdown_table(["threads", *HEADERS], table_rows)
         + f"\n\n- INT2 compression: **{int2.ratio:.1f}x** (goal >= 12x on `[N, 64]` float32)."
     )
     write_section("kernels-cpu", "Quantize / dequantize on CPU (tinykg_kernels, torch path)", body)
@@ -107,12 +110,13 @@ def main() -> None:
     parser.add_argument("--cuda-rows", type=int, default=4 * 2**20)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--skip-cpu", action="store_true", help="only the CUDA section")
-    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument(
+        "--threads", type=int, nargs="+", help="torch CPU thread counts (default: 1 and torch's)"
+    )
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
     if not args.skip_cpu:
-        cpu_section(args.cpu_rows, args.repeats)
+        threads = args.threads or sorted({1, torch.get_num_threads()})
+        cpu_section(args.cpu_rows, args.repeats, threads)
     if torch.cuda.is_available():
         cuda_section(args.cuda_rows, args.repeats)
     elif args.skip_cpu:
