@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from tinykg_kernels import QuantizedTensor, dequantize, quantize, unproject
+from tinykg_kernels import project as random_projection
 from tinykg_train.compress import stack
 from tinykg_train.compress.config import CompressionConfig
 from tinykg_train.compress.masks import PackedMask
@@ -91,7 +92,7 @@ def _compress(
         dim = values.shape[-1]
         if math.ceil(dim / config.projection_ratio) < dim:
             projection = Projection(dim, _random_seed())
-            values = project(values, config.projection_ratio, projection.seed)
+            values = random_projection(values, config.projection_ratio, projection.seed)
     quantized = quantize(
         values,
         bits=config.bits,
