@@ -94,8 +94,8 @@ def cuda_section(rows: int, repeats: int) -> None:
         for bits in BITS:
             t, p = by_key[("triton", bits, True)], by_key[("torch", bits, True)]
             lines.append(
-                f"- INT{bits} Triton / torch: quantize {p.quantize_s / t.quantize_s:.1f}x, "
-                f"dequantize {p.dequantize_s / t.dequantize_s:.1f}x faster."
+                f"- INT{bits} speed-up of Triton over torch: quantize "
+                f"{p.quantize_s / t.quantize_s:.1f}x, dequantize {p.dequantize_s / t.dequantize_s:.1f}x."
             )
     else:
         lines.append("- Triton is not importable here: torch path only.")
