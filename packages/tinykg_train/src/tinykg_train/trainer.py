@@ -121,7 +121,8 @@ def finish(session: Session, device_label: str) -> dict[str, Any]:
         write_activation_chart(
             run.activation_chart,
             state.activation_by_module,
-            f"{session.config.model} int{session.config.bits}: activation memory by module",
+            f"{session.config.model} int{session.config.bits}: "
+            f"{sum(state.activation_by_module.values()) / 2**20:.2f} MiB saved for backward, by module",
         )
     write_json_atomic(run.metrics, result)
     return result
