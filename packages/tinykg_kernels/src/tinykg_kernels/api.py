@@ -201,6 +201,7 @@ def quantize(
     param_dtype = scale_dtype or default_scale_dtype(x.dtype)
     layout = GroupLayout.for_shape(tuple(x.shape), group_size, bits)
     device = x.device
+    chosen = dispatch.select_backend(device, backend)
     if stochastic and seed is None:
         seed = draw_seed()
     with torch.no_grad():
@@ -210,7 +211,7 @@ def quantize(
             zero = torch.empty(0, dtype=param_dtype, device=device)
         else:
             flat = x.detach().reshape(-1)
-            if dispatch.select_backend(device, backend) == "triton":
+            if chosen == "triton":
                 codes, scale, zero = dispatch.triton_ops().quantize(
                     flat, layout, scheme, param_dtype, seed=seed if stochastic else None
                 )
@@ -230,10 +231,11 @@ def dequantize(q: QuantizedTensor, backend: str | None = None) -> torch.Tensor:
     if not isinstance(q, QuantizedTensor):
         raise TypeError(f"dequantize expects a QuantizedTensor (got {type(q).__name__})")
     layout = q.layout
+    chosen = dispatch.select_backend(q.device, backend)
     if layout.numel == 0:
         return torch.empty(q.shape, dtype=q.dtype, device=q.device)
     with torch.no_grad():
-        if dispatch.select_backend(q.device, backend) == "triton":
+        if chosen == "triton":
             flat = dispatch.triton_ops().dequantize(*q.tensors(), layout, q.scheme, q.dtype)
         else:
             flat = reference.dequantize(*q.tensors(), layout, q.scheme, q.dtype)

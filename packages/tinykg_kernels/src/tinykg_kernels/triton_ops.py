@@ -11,13 +11,13 @@ contraction: launches pass `enable_fp_fusion=False`), so with the same noise bot
 bits. 16-bit parameters, bfloat16 inputs and bfloat16 outputs go through `triton_bits` (integer bit
 arithmetic), because the interpreter's float casts differ from a GPU's.
 
-Noise: `NOISE=0` rounds to nearest (u = 1/2); `NOISE=1` draws Philox (`tl.randint4x`, keyed by
-`seed` and the global byte index, so the draws do not depend on block sizes); `NOISE=2` reads a
-noise tensor (tests feed both backends the same noise that way).
+Noise: `NOISE=0` rounds to nearest (u = 1/2); `NOISE=1` draws Philox (`tl.randint4x`: one call
+per 4 consecutive codes of a group, keyed by `seed` and the group's position, so the draws do not
+depend on block sizes); `NOISE=2` reads a noise tensor (tests feed both backends the same noise).
 
-Tiles are `[BLOCK_R groups, BLOCK_B bytes, PER_BYTE codes]`, so packing is a sum over the last
-(in-register) axis. When tiles cover the groups exactly (`MASKED` off, e.g. `[N, 64]` rows) no
-load or store carries a mask.
+Tiles are `[BLOCK_R groups, BLOCK_C codes]`; packing reshapes the codes to `[.., bytes, codes per
+byte]` and sums the shifted codes over the last axis. When tiles cover the groups exactly
+(`MASKED` off, e.g. `[N, 64]` rows) no load or store carries a mask.
 """
 
 from __future__ import annotations
