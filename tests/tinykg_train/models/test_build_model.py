@@ -173,3 +173,30 @@ def test_trains_end_to_end_through_the_trainer(name, tiny_dataset_dir, make_conf
     assert 0 <= result["recall@20"] <= 1
     assert result["activation_bytes"] > 0
     assert (name == "kgat") == ("kg_loss" in result)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", ALL)
+def test_cuda_matches_cpu(name, tiny_dataset, make_config):
+    """`.to("cuda")` moves every graph tensor; the loss and the scores agree with the CPU ones."""
+    torch.manual_seed(0)
+    cpu = build_model(name, tiny_dataset, make_config(model=name, bits=2, **NO_DROPOUT))
+    gpu = build_model(name, tiny_dataset, make_config(model=name, bits=2, **NO_DROPOUT))
+    gpu.load_state_dict(cpu.state_dict())
+    gpu = gpu.to("cuda")
+    cpu.on_epoch_start(0)
+    gpu.on_epoch_start(0)
+    batch = first_batch(tiny_dataset)
+    with compress_saved_tensors(cpu.compression):
+        expected = cpu.loss(*batch)
+    with compress_saved_tensors(gpu.compression):
+        loss = gpu.loss(*(t.cuda() for t in batch))
+    loss.backward()
+    torch.testing.assert_close(loss.cpu(), expected.detach(), rtol=1e-4, atol=1e-5)
+    for model in (cpu, gpu):
+        model.eval()
+        model.prepare_scoring()
+    users = torch.arange(8)
+    torch.testing.assert_close(
+        gpu.score_users(users.cuda()).cpu(), cpu.score_users(users), rtol=1e-4, atol=1e-5
+    )
