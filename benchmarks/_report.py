@@ -24,6 +24,14 @@ def benchmarks_md() -> Path:
     return Path(os.environ.get("TINYKG_BENCHMARKS_MD", REPO_ROOT / "BENCHMARKS.md"))
 
 
+def figures_dir() -> Path:
+    """Where plots go: benchmarks/figures, or `TINYKG_FIGURES_DIR` (e.g. the GPU machine's output
+    folder, beside a redirected BENCHMARKS.md); BENCHMARKS.md links them as `benchmarks/figures/NAME`."""
+    path = Path(os.environ.get("TINYKG_FIGURES_DIR", FIGURES))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def machine_description() -> str:
     """One line: CPU model and cores, RAM, and the GPU when torch sees one."""
     cpu = platform.processor() or platform.machine()

@@ -1,0 +1,380 @@
+"""Activation memory and step time of one training step, per model and bit width, on lfm1m.
+
+    python -m benchmarks.bench_memory [--dataset lfm1m-kgat] [--models kgat,kgin,kgcn,lightgcn,bprmf]
+                                      [--bits 32,8,4,2,1] [--repeats 3] [--device auto|cpu|cuda]
+
+Each (model, bits) gets the trainer's own session (`tinykg_train.session.open_session` with a default
+`TrainConfig`: batch 2048, embedding 64, 3 layers) and runs the trainer's own step
+(`tinykg_train.epoch.run_phase`, one CF batch): the first step is measured with the `ActivationMeter`
+inside the compression hooks, exactly as the trainer measures `activation_bytes` for metrics.json.
+Every width of a model trains on the same pre-drawn batch, so drawing batches is not timed. Step time
+(zero_grad, forward, backward, Adam) is the median of `--repeats` steps after a warm-up, the widths
+taking turns so that load from other processes hits them alike.
+
+On CUDA the section `memory-cuda` also gives, per step, `torch.cuda.max_memory_allocated` during one
+step minus what was allocated before it (so parameters, Adam state, graph buffers and the batch are
+excluded; what is left is activations, temporaries and gradients), measured on a step after the
+warm-up. On the CPU the section is `memory`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from benchmarks._datasets import DatasetUnavailable, prepare_dataset
+from benchmarks._report import figures_dir, markdown_table, write_section
+
+MODELS = ("kgat", "kgin", "kgcn", "lightgcn", "bprmf")
+BITS = (32, 8, 4, 2, 1)
+GOALS = {("kgat", 2): 10.0, ("kgat", 1): 16.0}  # FP32 / INTb of the bytes held for backward
+FIGURE = "activation_memory.png"
+FIGURE_CUDA = "activation_memory_cuda.png"
+
+
+class OneBatch:
+    """A `BPRBatches` look-alike that yields one pre-drawn batch per epoch, so `run_phase` runs
+    exactly one step on it and drawing batches stays out of the timing."""
+
+    def __init__(self, batch: Sequence[torch.Tensor]) -> None:
+        self.batch = list(batch)
+
+    def __len__(self) -> int:
+        return 1
+
+    def epoch(self, epoch: int):
+        return iter([self.batch])
+
+
+@dataclass
+class Measurement:
+    """What one (model, bits) step measured."""
+
+    model: str
+    bits: int
+    activation_bytes: int = 0
+    by_module: dict[str, int] = field(default_factory=dict)
+    step_seconds: list[float] = field(default_factory=list)
+    cuda_step_peak_bytes: int | None = None
+
+    @property
+    def median_seconds(self) -> float:
+        return statistics.median(self.step_seconds)
+
+
+def open_step_session(data: Path, model: str, bits: int, device: torch.device, out: Path):
+    """The trainer's session for `model` at `bits` with default sizes (writes nothing)."""
+    from tinykg_train.config import TrainConfig
+    from tinykg_train.session import open_session
+
+    config = TrainConfig(
+        data=str(data), model=model, bits=bits, device=device.type, out=str(out / f"{model}-{bits}")
+    )
+    session = open_session(config, device)
+    session.model.train()
+    session.model.on_epoch_start(0)  # as train_epoch does (KGAT computes its attention)
+    return session
+
+
+def train_step(session, batch: OneBatch, measure: bool) -> tuple[float, int | None, dict]:
+    """One trainer step (`run_phase` on one batch); returns (seconds, activation bytes, by module)."""
+    from tinykg_train.epoch import run_phase, synchronize
+
+    synchronize(session.device)
+    start = time.perf_counter()
+    _, activation_bytes, by_module = run_phase(
+        session, 0, "cf", batch, session.model.loss, measure=measure
+    )
+    synchronize(session.device)
+    return time.perf_counter() - start, activation_bytes, by_module
+
+
+def cuda_step_peak(session, batch: OneBatch) -> int:
+    """Allocator peak during one step minus what was allocated before it (CUDA only)."""
+    device = session.device
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    train_step(session, batch, measure=False)
+    return int(torch.cuda.max_memory_allocated(device) - before)
+
+
+def measure_model(
+    data: Path, model: str, bits_list: Sequence[int], device: torch.device, repeats: int
+) -> list[Measurement]:
+    """Bytes held for backward, CUDA peak and step times of `model` at every width in `bits_list`."""
+    with tempfile.TemporaryDirectory(prefix="bench_memory_") as tmp:
+        sessions = {b: open_step_session(data, model, b, device, Path(tmp)) for b in bits_list}
+        first = sessions[bits_list[0]]
+        batch = OneBatch(next(iter(first.cf_batches.epoch(0))))
+        results = {b: Measurement(model, b) for b in bits_list}
+        for bits, session in sessions.items():  # the trainer's measured step: the epoch's first
+            _, held, by_module = train_step(session, batch, measure=True)
+            results[bits].activation_bytes, results[bits].by_module = int(held), by_module
+            if device.type == "cuda":
+                results[bits].cuda_step_peak_bytes = cuda_step_peak(session, batch)
+        for _ in range(repeats):
+            for bits, session in sessions.items():
+                seconds, _, _ = train_step(session, batch, measure=False)
+                results[bits].step_seconds.append(seconds)
+    return [results[b] for b in bits_list]
+
+
+# -- report -----------------------------------------------------------------------------------------
+
+
+def width(bits: int) -> str:
+    return "FP32" if bits == 32 else f"INT{bits}"
+
+
+def mib(n: float) -> str:
+    return f"{n / 2**20:.2f}" if n < 10 * 2**20 else f"{n / 2**20:.1f}"
+
+
+def grid(results: list[Measurement]) -> dict[str, dict[int, Measurement]]:
+    table: dict[str, dict[int, Measurement]] = {}
+    for m in results:
+        table.setdefault(m.model, {})[m.bits] = m
+    return table
+
+
+def bytes_table(results: list[Measurement], bits_list: Sequence[int], key) -> str:
+    """Rows: models; cells: MiB and FP32 / INTb of the quantity `key(measurement)`."""
+    rows = []
+    for model, row in grid(results).items():
+        base = key(row[32]) if 32 in row else None
+        cells = []
+        for bits in bits_list:
+            value = key(row[bits])
+            ratio = f" ({base / value:.1f}x)" if base and bits != 32 else ""
+            cells.append(f"{mib(value)}{ratio}")
+        rows.append([model, *cells])
+    return markdown_table(["model", *(f"{width(b)} MiB" for b in bits_list)], rows)
+
+
+def time_table(results: list[Measurement], bits_list: Sequence[int]) -> str:
+    """Rows: models; cells: median step ms and INTb / FP32."""
+    rows = []
+    for model, row in grid(results).items():
+        base = row[32].median_seconds if 32 in row else None
+        cells = []
+        for bits in bits_list:
+            seconds = row[bits].median_seconds
+            ratio = f" ({seconds / base:.2f}x)" if base and bits != 32 else ""
+            cells.append(f"{seconds * 1e3:.1f}{ratio}")
+        rows.append([model, *cells])
+    return markdown_table(["model", *(f"{width(b)} ms" for b in bits_list)], rows)
+
+
+def goal_lines(results: list[Measurement]) -> list[str]:
+    table, lines = grid(results), []
+    for (model, bits), goal in GOALS.items():
+        row = table.get(model, {})
+        if 32 not in row or bits not in row:
+            continue
+        ratio = row[32].activation_bytes / row[bits].activation_bytes
+        verdict = "met" if ratio >= goal else "MISSED"
+        lines.append(
+            f"- {model} FP32 / {width(bits)}: **{ratio:.1f}x** (goal >= {goal:g}x: {verdict})"
+        )
+    return lines
+
+
+def plot(
+    results: list[Measurement], bits_list: Sequence[int], key, ylabel: str, title: str, path: Path
+) -> Path:
+    """Grouped bars: one group per model, one bar per width, log scale."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    table = grid(results)
+    models = list(table)
+    fig, ax = plt.subplots(figsize=(6.5, 3.4), dpi=100)
+    step = 0.8 / len(bits_list)
+    colors = plt.get_cmap("viridis")(
+        [i / max(len(bits_list) - 1, 1) for i in range(len(bits_list))]
+    )
+    for i, bits in enumerate(bits_list):
+        xs = [m + (i - (len(bits_list) - 1) / 2) * step for m in range(len(models))]
+        ax.bar(
+            xs,
+            [key(table[m][bits]) / 2**20 for m in models],
+            step,
+            label=width(bits),
+            color=colors[i],
+        )
+    ax.set_xticks(range(len(models)), models)
+    ax.set_yscale("log")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8, ncols=len(bits_list), loc="upper right", frameon=False)
+    ax.margins(y=0.15)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def report(
+    results: list[Measurement],
+    bits_list: Sequence[int],
+    dataset: str,
+    device: torch.device,
+    repeats: int,
+    sizes: str,
+    figures: Path | None,
+) -> tuple[str, str, str]:
+    """(section name, title, body) for BENCHMARKS.md; draws the figure into `figures` unless None."""
+    intro = (
+        f"One training step of each model on {dataset} with the default `TrainConfig` sizes ({sizes}), "
+        "run by the trainer's own code (`open_session` + `run_phase` on one CF batch, the same batch "
+        "at every width). *Held for backward* is `ActivationMeter`'s count on the first step, exactly "
+        "the `activation_bytes` of metrics.json: what autograd keeps after compression, parameters and "
+        "graph buffers excluded, a storage counted once. In brackets: FP32 / INTb. MiB = 2^20 bytes."
+    )
+    timing = (
+        f"Step time (zero_grad, forward, backward, Adam; median of {repeats} steps after a warm-up, "
+        "the widths taking turns), in brackets INTb / FP32:"
+    )
+    held = lambda m: m.activation_bytes  # noqa: E731
+    if device.type != "cuda":
+        if figures is not None:
+            plot(
+                results,
+                bits_list,
+                held,
+                "MiB held for backward (log)",
+                f"Activation memory of one step on {dataset}",
+                figures / FIGURE,
+            )
+        load = os.getloadavg()[0]
+        body = "\n\n".join(
+            [
+                intro,
+                "Held for backward (MiB):",
+                bytes_table(results, bits_list, held),
+                "\n".join(goal_lines(results)),
+                timing,
+                time_table(results, bits_list),
+                f"CPU threads: {torch.get_num_threads()}; load average (1 min) at the end: {load:.2f} "
+                "(other work on the shared cores slows every figure; the ratios compare steps taken "
+                "side by side). On the CPU, quantizing and dequantizing run as torch ops; on CUDA the "
+                "Triton kernels run them.",
+                f"![activation memory per model and width](benchmarks/figures/{FIGURE})",
+            ]
+        )
+        return "memory", "Activation memory per model and bit width (CPU)", body
+    gpu = torch.cuda.get_device_name(device)
+    peak = lambda m: m.cuda_step_peak_bytes  # noqa: E731
+    if figures is not None:
+        plot(
+            results,
+            bits_list,
+            peak,
+            "MiB, step peak - before (log)",
+            f"CUDA memory of one step on {dataset} ({gpu})",
+            figures / FIGURE_CUDA,
+        )
+    body = "\n\n".join(
+        [
+            f"GPU: **{gpu}**. " + intro,
+            "Held for backward (MiB, `ActivationMeter`):",
+            bytes_table(results, bits_list, held),
+            "\n".join(goal_lines(results)),
+            "`torch.cuda.max_memory_allocated` during one step (a step after the warm-up) minus "
+            "`memory_allocated` before it, MiB: parameters, Adam state, graph buffers and the batch "
+            "are excluded; activations, the forward's and backward's temporaries and the gradients "
+            "are in (temporaries are not saved for backward, so compression cannot shrink them):",
+            bytes_table(results, bits_list, peak),
+            timing,
+            time_table(results, bits_list),
+            f"![CUDA step memory per model and width](benchmarks/figures/{FIGURE_CUDA})",
+        ]
+    )
+    return "memory-cuda", f"Activation memory per model and bit width (CUDA, {gpu})", body
+
+
+def parse_list(text: str, choices: Sequence, kind=str) -> list:
+    values = [kind(v) for v in text.split(",") if v.strip()]
+    bad = [v for v in values if v not in choices]
+    if bad or not values:
+        raise argparse.ArgumentTypeError(
+            f"choose from {', '.join(map(str, choices))} (got {text!r})"
+        )
+    return values
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.bench_memory",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--dataset", default="lfm1m-kgat", help="shared dataset name (default lfm1m-kgat)"
+    )
+    parser.add_argument("--models", type=lambda t: parse_list(t, MODELS), default=list(MODELS))
+    parser.add_argument("--bits", type=lambda t: parse_list(t, BITS, int), default=list(BITS))
+    parser.add_argument("--repeats", type=int, default=3, help="timed steps per width (default 3)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="torch CPU threads (default: torch's); on a shared machine 1 avoids OpenMP barrier waits",
+    )
+    parser.add_argument("--no-write", action="store_true", help="print, do not edit BENCHMARKS.md")
+    args = parser.parse_args(argv)
+    from tinykg_train.config import TrainConfig
+    from tinykg_train.device import resolve_device
+    from tinykg_train.errors import TinyKGError
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    bits_list = [32, *(b for b in args.bits if b != 32)]  # FP32 first: every ratio needs it
+    try:
+        device = resolve_device(args.device)
+        data = prepare_dataset(args.dataset)
+    except (TinyKGError, DatasetUnavailable) as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    defaults = TrainConfig()
+    sizes = (
+        f"batch {defaults.batch_size}, embedding {defaults.embed_dim}, {defaults.n_layers} layers"
+    )
+    results: list[Measurement] = []
+    for model in args.models:
+        for m in measure_model(data, model, bits_list, device, args.repeats):
+            results.append(m)
+            peak = (
+                ""
+                if m.cuda_step_peak_bytes is None
+                else f", CUDA step peak {mib(m.cuda_step_peak_bytes)} MiB"
+            )
+            print(
+                f"{model} {width(m.bits)}: {mib(m.activation_bytes)} MiB held, {m.median_seconds * 1e3:.1f} ms/step{peak}",
+                flush=True,
+            )
+    figures = None if args.no_write else figures_dir()
+    section, title, body = report(
+        results, bits_list, args.dataset, device, args.repeats, sizes, figures
+    )
+    print(body)
+    if not args.no_write:
+        path = write_section(section, title, body)
+        print(f"wrote section '{section}' of {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
