@@ -4,7 +4,7 @@
 code of `pipelines.ingest`) into `data/bench/lfm1m-kgat` (gitignored; `TINYKG_BENCH_DATA` moves it)
 and reuses that dir while the raw files' sha256s match the ones its metadata records. Where the raw
 dir is absent (e.g. on a GPU machine that was only given the cache dir) an existing cache is used as
-it is.
+it is. A path to a dir written by ingest may stand in for a name (small runs, tests).
 """
 
 from __future__ import annotations
@@ -71,3 +71,11 @@ def prepare_dataset(
     print(f"ingesting {raw} -> {out}", flush=True)
     kg_data.ingest(raw, out, overwrite=True, progress=False)
     return out
+
+
+def resolve_dataset(spec: str) -> tuple[str, Path]:
+    """(label, ingested dir) for a shared dataset name, or for the path of a dir written by ingest."""
+    path = Path(spec)
+    if (path / "metadata.json").is_file():
+        return path.name, path
+    return spec, prepare_dataset(spec)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._accuracy_report import Run, report
-from benchmarks._datasets import DatasetUnavailable, prepare_dataset
+from benchmarks._datasets import DatasetUnavailable, resolve_dataset
 from benchmarks._report import REPO_ROOT, figures_dir, write_section
 
 DATASETS = ("lfm1m-kgat", "music-kgcn")
@@ -206,8 +206,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.perf_counter()
     try:
         device = resolve_device(args.device)
-        data = {name: prepare_dataset(name) for name in args.datasets}
-        runs = plan(args.out, args.datasets, args.models, bits_list, args.seeds)
+        data = dict(resolve_dataset(spec) for spec in args.datasets)
+        runs = plan(args.out, list(data), args.models, bits_list, args.seeds)
         configs = {run: run_config(run, data[run.dataset], args) for run in runs}
     except (TinyKGError, DatasetUnavailable) as exc:
         print(exc, file=sys.stderr)

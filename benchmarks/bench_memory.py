@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks._datasets import DatasetUnavailable, prepare_dataset
+from benchmarks._datasets import DatasetUnavailable, resolve_dataset
 from benchmarks._report import figures_dir, markdown_table, write_section
 
 MODELS = ("kgat", "kgin", "kgcn", "lightgcn", "bprmf")
@@ -322,7 +322,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--dataset", default="lfm1m-kgat", help="shared dataset name (default lfm1m-kgat)"
+        "--dataset",
+        default="lfm1m-kgat",
+        help="shared dataset name or ingested dir (default lfm1m-kgat)",
     )
     parser.add_argument("--models", type=lambda t: parse_list(t, MODELS), default=list(MODELS))
     parser.add_argument("--bits", type=lambda t: parse_list(t, BITS, int), default=list(BITS))
@@ -344,7 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bits_list = [32, *(b for b in args.bits if b != 32)]  # FP32 first: every ratio needs it
     try:
         device = resolve_device(args.device)
-        data = prepare_dataset(args.dataset)
+        dataset, data = resolve_dataset(args.dataset)
     except (TinyKGError, DatasetUnavailable) as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -366,9 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 flush=True,
             )
     figures = None if args.no_write else figures_dir()
-    section, title, body = report(
-        results, bits_list, args.dataset, device, args.repeats, sizes, figures
-    )
+    section, title, body = report(results, bits_list, dataset, device, args.repeats, sizes, figures)
     print(body)
     if not args.no_write:
         path = write_section(section, title, body)

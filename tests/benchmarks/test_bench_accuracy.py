@@ -1,0 +1,83 @@
+"""benchmarks/bench_accuracy.py: a small matrix trains through the trainer, writes its section and
+figure, is read back rather than re-run, resumes a run that has only a checkpoint, and refuses a run
+dir made with other settings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks.bench_accuracy import main
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One torch thread: on a shared 2-core machine two threads wait on each other at every op."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def metrics_files(out: Path) -> dict[str, dict]:
+    return {
+        str(p.parent.relative_to(out)): json.loads(p.read_text())
+        for p in sorted(out.rglob("metrics.json"))
+    }
+
+
+def test_matrix_trains_reports_resumes_and_refuses_stale_runs(
+    tiny_dataset_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+):
+    md, figures, out = tmp_path / "BENCHMARKS.md", tmp_path / "figures", tmp_path / "runs"
+    monkeypatch.setenv("TINYKG_BENCHMARKS_MD", str(md))
+    monkeypatch.setenv("TINYKG_FIGURES_DIR", str(figures))
+    argv = ["--datasets", str(tiny_dataset_dir), "--models", "kgat,bprmf", "--bits", "2,32",
+            "--seeds", "0,1", "--epochs", "2", "--max-batches-per-epoch", "2",
+            "--set", "embed_dim=16", "--device", "cpu", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    runs = metrics_files(out)
+    name = tiny_dataset_dir.name
+    assert sorted(runs) == sorted(
+        f"{name}/{m}/{w}/seed{s}"
+        for m in ("kgat", "bprmf")
+        for w in ("fp32", "int2")
+        for s in (0, 1)
+    )
+    kgat = runs[f"{name}/kgat/int2/seed1"]
+    assert (kgat["model"], kgat["bits"], kgat["seed"], kgat["config"]["embed_dim"]) == (
+        "kgat",
+        2,
+        1,
+        16,
+    )
+    assert kgat["config"]["batch_size"] == 1024  # configs/kgat.yaml is the base
+
+    text = md.read_text()
+    assert "<!-- begin:accuracy-cpu -->" in text
+    assert f"### {name}" in text and text.count("| kgat | INT2 | 2 |") == 1
+    assert "- KGAT INT2 / FP32 test Recall@20: **" in text
+    assert "- KGAT vs BPR-MF at FP32, test Recall@20: **" in text
+    assert (figures / f"memory_vs_accuracy_{name}.png").read_bytes()[:4] == b"\x89PNG"
+    capsys.readouterr()
+
+    # Finished runs are read back, not trained again.
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("metrics.json")}
+    assert main([*argv, "--no-write"]) == 0
+    assert "training" not in capsys.readouterr().out
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("metrics.json")} == stamps
+
+    # A run with a checkpoint but no metrics.json (killed before the end) is resumed.
+    (out / name / "kgat" / "int2" / "seed1" / "metrics.json").unlink()
+    assert main([*argv, "--no-write"]) == 0
+    assert "kgat int2 seed 1: training" in capsys.readouterr().out
+    resumed = metrics_files(out)[f"{name}/kgat/int2/seed1"]
+    assert resumed["recall@20"] == kgat["recall@20"] and resumed["resumed_at_epoch"] == 2
+
+    # Other settings than the finished runs': refused in one line, nothing trained.
+    assert main([*argv[:-2], "--out", str(out), "--set", "lr=0.01"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "lr: 0.001 -> 0.01" in err and "another --out" in err

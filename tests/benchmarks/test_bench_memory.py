@@ -1,0 +1,69 @@
+"""benchmarks/bench_memory.py: its one-step bytes are exactly the trainer's `activation_bytes`, and a
+small run writes its BENCHMARKS.md section and figure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks.bench_memory import Measurement, goal_lines, main, measure_model
+from tinykg_train.config import TrainConfig
+from tinykg_train.trainer import train
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One torch thread: on a shared 2-core machine two threads wait on each other at every op."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def redirected(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """BENCHMARKS.md and figures redirected into `tmp_path`."""
+    md, figures = tmp_path / "BENCHMARKS.md", tmp_path / "figures"
+    monkeypatch.setenv("TINYKG_BENCHMARKS_MD", str(md))
+    monkeypatch.setenv("TINYKG_FIGURES_DIR", str(figures))
+    return md, figures
+
+
+def test_bytes_held_are_the_trainers_activation_bytes(tiny_dataset_dir: Path, tmp_path: Path):
+    results = measure_model(tiny_dataset_dir, "kgat", [32, 2], torch.device("cpu"), repeats=1)
+    for measured in results:
+        config = TrainConfig(
+            data=str(tiny_dataset_dir), model="kgat", bits=measured.bits, epochs=1,
+            max_batches_per_epoch=1, device="cpu", out=str(tmp_path / f"run{measured.bits}"),
+        )  # fmt: skip
+        metrics = train(config)
+        assert measured.activation_bytes == metrics["activation_bytes"] > 0
+        assert measured.by_module == metrics["activation_bytes_by_module"]
+        assert len(measured.step_seconds) == 1 and measured.median_seconds > 0
+    fp32, int2 = results
+    assert fp32.activation_bytes / int2.activation_bytes > 8
+
+
+def test_goal_lines_give_the_verdict():
+    rows = [Measurement("kgat", 32, 1200), Measurement("kgat", 2, 100), Measurement("kgat", 1, 80)]
+    lines = goal_lines(rows)
+    assert lines == [
+        "- kgat FP32 / INT2: **12.0x** (goal >= 10x: met)",
+        "- kgat FP32 / INT1: **15.0x** (goal >= 16x: MISSED)",
+    ]
+
+
+def test_a_small_run_writes_its_section_and_figure(tiny_dataset_dir: Path, redirected, capsys):
+    md, figures = redirected
+    argv = ["--dataset", str(tiny_dataset_dir), "--models", "lightgcn,bprmf", "--bits", "2,32",
+            "--repeats", "1", "--device", "cpu", "--threads", "1"]  # fmt: skip
+    assert main(argv) == 0
+    text = md.read_text()
+    assert "<!-- begin:memory -->" in text and "<!-- end:memory -->" in text
+    assert "| model | FP32 MiB | INT2 MiB |" in text  # FP32 first, whatever the order asked
+    assert "| model | FP32 ms | INT2 ms |" in text
+    assert text.count("| lightgcn |") == 2 and text.count("| bprmf |") == 2
+    assert "benchmarks/figures/activation_memory.png" in text
+    assert (figures / "activation_memory.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
