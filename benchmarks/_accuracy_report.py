@@ -214,7 +214,12 @@ def plot(dataset: str, models: dict[str, dict[int, Cell]], device_label: str, pa
 
 
 def report(
-    runs: Sequence[Run], configs: dict[Any, Any], section: str, device, figures: Path | None
+    runs: Sequence[Run],
+    configs: dict[Any, Any],
+    section: str,
+    device,
+    figures: Path | None,
+    note: str = "",
 ) -> tuple[str, str, str]:
     """(title, body, the results tables alone) for BENCHMARKS.md; draws one figure per dataset
     into `figures` unless it is None."""
@@ -234,6 +239,7 @@ def report(
         "for backward in one CF step (`activation_bytes` of metrics.json). *best epoch / run*: "
         "where the best valid Recall@20 was and how many epochs ran (means over seeds).",
         settings_table(configs),
+        *([note] if note else []),
     ]
     tables = []
     for dataset, models in grid.items():

@@ -2,18 +2,18 @@
 
     python -m benchmarks.bench_accuracy [--datasets lfm1m-kgat,music-kgcn] [--models kgat,...]
         [--bits 32,8,4,2,1] [--seeds 0,1,2] [--epochs N] [--max-batches-per-epoch N]
-        [--set KEY=VALUE ...] [--device auto|cpu|cuda] [--threads N] [--section NAME]
+        [--set [MODEL.]KEY=VALUE ...] [--device auto|cpu|cuda] [--threads N] [--section NAME]
         [--out runs/bench_accuracy] [--tracking-uri URI] [--budget-s S] [--no-write]
 
 Every run goes through `tinykg_train.trainer.train` (the code of `pipelines.train`) with the model's
-shipped settings (`configs/<model>.yaml`), then `--set` overrides and the flags above; MLflow is off
-unless `--tracking-uri` is given. Runs live in `--out/<dataset>/<model>/<width>/seed<S>`: a run whose
-metrics.json exists is read back, not re-run (its settings must match, else the script stops and
-says so), and a run that holds only a checkpoint is resumed, so a sequence of time-limited commands
-completes the matrix. `--budget-s` stops starting new runs after that many seconds, then reports what
-is finished. The report (mean ± std over seeds, ratios INTb / FP32) goes to section `--section` of
-BENCHMARKS.md (`TINYKG_BENCHMARKS_MD` redirects it) and the memory-vs-accuracy plots to
-benchmarks/figures (`TINYKG_FIGURES_DIR` redirects them).
+shipped settings (`configs/<model>.yaml`), then `--set` overrides (`MODEL.KEY=VALUE` for one model)
+and the flags above; MLflow is off unless `--tracking-uri` is given. Runs live in
+`--out/<dataset>/<model>/<width>/seed<S>`: a run whose metrics.json exists is read back, not re-run
+(its settings must match, else the script stops and says so), and a run that holds only a checkpoint
+is resumed, so a sequence of time-limited commands completes the matrix. `--budget-s` stops starting
+new runs after that many seconds, then reports what is finished. The report (mean ± std over seeds,
+ratios INTb / FP32) goes to section `--section` of BENCHMARKS.md (`TINYKG_BENCHMARKS_MD` redirects
+it) and the memory-vs-accuracy plots to benchmarks/figures (`TINYKG_FIGURES_DIR` redirects them).
 """
 
 from __future__ import annotations
@@ -70,18 +70,21 @@ def plan(out: Path, datasets, models, bits_list, seeds) -> list[Planned]:
 
 
 def run_config(run: Planned, data: Path, args: argparse.Namespace):
-    """The run's TrainConfig: configs/<model>.yaml < --set < the flags of this script."""
+    """The run's TrainConfig: configs/<model>.yaml < `--set KEY=V` < `--epochs`,
+    `--max-batches-per-epoch` < `--set MODEL.KEY=V` (e.g. `bprmf.epochs=100`)."""
     from tinykg_train.config import TrainConfig
 
-    overrides: dict[str, Any] = {**args.set}
-    overrides.update(
-        data=str(data), model=run.model, bits=run.bits, seed=run.seed, device=args.device
-    )
-    overrides["out"] = str(run.path)
+    overrides: dict[str, Any] = {k: v for k, v in args.set.items() if "." not in k}
     if args.epochs is not None:
         overrides["epochs"] = args.epochs
     if args.max_batches_per_epoch is not None:
         overrides["max_batches_per_epoch"] = args.max_batches_per_epoch
+    prefix = f"{run.model}."
+    overrides.update({k[len(prefix) :]: v for k, v in args.set.items() if k.startswith(prefix)})
+    overrides.update(
+        data=str(data), model=run.model, bits=run.bits, seed=run.seed, device=args.device
+    )
+    overrides["out"] = str(run.path)
     base = CONFIGS / f"{run.model}.yaml"
     if base.is_file():
         return TrainConfig.from_yaml(base, overrides)
@@ -151,8 +154,9 @@ def parse_setting(text: str) -> tuple[str, Any]:
     import yaml
 
     key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (got {text!r})")
+    model, dot, _ = key.partition(".")
+    if not sep or not key.strip() or (dot and model not in MODELS):
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE or MODEL.KEY=VALUE (got {text!r})")
     return key.strip(), yaml.safe_load(value)
 
 
@@ -174,7 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a TrainConfig setting for every run (e.g. lr=0.005, eval_every=3); repeatable",
+        help="a TrainConfig setting for every run (e.g. lr=0.005) or, as MODEL.KEY=VALUE, for one "
+        "model's runs (e.g. bprmf.epochs=100); repeatable",
     )
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument(
@@ -187,6 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tracking-uri", help="log every run to this MLflow store (default: off)")
     parser.add_argument(
         "--budget-s", type=float, help="start no new run after this many seconds; then report"
+    )
+    parser.add_argument(
+        "--note", default="", help="a sentence for the section (why these settings)"
     )
     parser.add_argument("--no-write", action="store_true", help="print, do not edit BENCHMARKS.md")
     return parser
@@ -240,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results.append(Run(run.dataset, run.model, run.bits, run.seed, metrics))
     section = args.section or f"accuracy-{device.type}"
     figures = None if args.no_write else figures_dir()
-    title, body, table = report(results, configs, section, device, figures)
+    title, body, table = report(results, configs, section, device, figures, args.note)
     print(table)
     if not args.no_write:
         path = write_section(section, title, body)
