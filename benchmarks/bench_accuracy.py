@@ -19,6 +19,7 @@ it) and the memory-vs-accuracy plots to benchmarks/figures (`TINYKG_FIGURES_DIR`
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 import time
@@ -247,7 +248,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         results.append(Run(run.dataset, run.model, run.bits, run.seed, metrics))
     section = args.section or f"accuracy-{device.type}"
-    figures = None if args.no_write else figures_dir()
+    plotting = importlib.util.find_spec("matplotlib") is not None
+    figures = None if args.no_write or not plotting else figures_dir()
+    if not args.no_write and not plotting:
+        print("matplotlib is not installed: no figures", file=sys.stderr)
     title, body, table = report(results, configs, section, device, figures, args.note)
     print(table)
     if not args.no_write:

@@ -20,6 +20,7 @@ warm-up. On the CPU the section is `memory`.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import sys
@@ -248,61 +249,43 @@ def report(
         "the widths taking turns), in brackets INTb / FP32:"
     )
     held = lambda m: m.activation_bytes  # noqa: E731
-    if device.type != "cuda":
-        if figures is not None:
-            plot(
-                results,
-                bits_list,
-                held,
-                "MiB held for backward (log)",
-                f"Activation memory of one step on {dataset}",
-                figures / FIGURE,
-            )
-        load = os.getloadavg()[0]
-        body = "\n\n".join(
-            [
-                intro,
-                "Held for backward (MiB):",
-                bytes_table(results, bits_list, held),
-                "\n".join(goal_lines(results)),
-                timing,
-                time_table(results, bits_list),
-                f"CPU threads: {torch.get_num_threads()}; load average (1 min) at the end: {load:.2f} "
-                "(other work on the shared cores slows every figure; the ratios compare steps taken "
-                "side by side). On the CPU, quantizing and dequantizing run as torch ops; on CUDA the "
-                "Triton kernels run them.",
-                f"![activation memory per model and width](benchmarks/figures/{FIGURE})",
-            ]
-        )
-        return "memory", "Activation memory per model and bit width (CPU)", body
-    gpu = torch.cuda.get_device_name(device)
-    peak = lambda m: m.cuda_step_peak_bytes  # noqa: E731
-    if figures is not None:
-        plot(
-            results,
-            bits_list,
-            peak,
-            "MiB, step peak - before (log)",
-            f"CUDA memory of one step on {dataset} ({gpu})",
-            figures / FIGURE_CUDA,
-        )
-    body = "\n\n".join(
-        [
-            f"GPU: **{gpu}**. " + intro,
-            "Held for backward (MiB, `ActivationMeter`):",
-            bytes_table(results, bits_list, held),
-            "\n".join(goal_lines(results)),
+    parts = [intro, "Held for backward (MiB):", bytes_table(results, bits_list, held)]
+    parts.append("\n".join(goal_lines(results)))
+    if device.type == "cuda":
+        gpu = torch.cuda.get_device_name(device)
+        section, title = "memory-cuda", f"Activation memory per model and bit width (CUDA, {gpu})"
+        key, name, what = (lambda m: m.cuda_step_peak_bytes), FIGURE_CUDA, "CUDA step memory"
+        figure_args = ("MiB, step peak - before (log)", f"CUDA memory of one step on {dataset}")
+        parts[0] = f"GPU: **{gpu}**. {intro}"
+        parts += [
             "`torch.cuda.max_memory_allocated` during one step (a step after the warm-up) minus "
             "`memory_allocated` before it, MiB: parameters, Adam state, graph buffers and the batch "
             "are excluded; activations, the forward's and backward's temporaries and the gradients "
             "are in (temporaries are not saved for backward, so compression cannot shrink them):",
-            bytes_table(results, bits_list, peak),
+            bytes_table(results, bits_list, key),
             timing,
             time_table(results, bits_list),
-            f"![CUDA step memory per model and width](benchmarks/figures/{FIGURE_CUDA})",
         ]
-    )
-    return "memory-cuda", f"Activation memory per model and bit width (CUDA, {gpu})", body
+    else:
+        section, title = "memory", "Activation memory per model and bit width (CPU)"
+        key, name, what = held, FIGURE, "activation memory"
+        figure_args = ("MiB held for backward (log)", f"Activation memory of one step on {dataset}")
+        parts += [
+            timing,
+            time_table(results, bits_list),
+            f"CPU threads: {torch.get_num_threads()}; load average (1 min) at the end: "
+            f"{os.getloadavg()[0]:.2f} (other work on the shared cores slows every figure; the "
+            "ratios compare steps taken side by side). On the CPU, quantizing and dequantizing run "
+            "as torch ops; on CUDA the Triton kernels run them.",
+        ]
+    if figures is not None:
+        plot(results, bits_list, key, *figure_args, figures / name)
+        parts.append(f"![{what} per model and width](benchmarks/figures/{name})")
+    return section, title, "\n\n".join(parts)
+
+
+def can_plot() -> bool:
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def parse_list(text: str, choices: Sequence, kind=str) -> list:
@@ -367,7 +350,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{model} {width(m.bits)}: {mib(m.activation_bytes)} MiB held, {m.median_seconds * 1e3:.1f} ms/step{peak}",
                 flush=True,
             )
-    figures = None if args.no_write else figures_dir()
+    figures = None if args.no_write or not can_plot() else figures_dir()
+    if not args.no_write and figures is None:
+        print("matplotlib is not installed: no figure", file=sys.stderr)
     section, title, body = report(results, bits_list, dataset, device, args.repeats, sizes, figures)
     print(body)
     if not args.no_write:

@@ -81,3 +81,19 @@ def test_matrix_trains_reports_resumes_and_refuses_stale_runs(
     assert main([*argv[:-2], "--out", str(out), "--set", "lr=0.01"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "lr: 0.001 -> 0.01" in err and "another --out" in err
+
+
+@pytest.mark.cuda
+def test_a_cuda_matrix_lands_in_its_own_section(
+    tiny_dataset_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    md = tmp_path / "BENCHMARKS.md"
+    monkeypatch.setenv("TINYKG_BENCHMARKS_MD", str(md))
+    monkeypatch.setenv("TINYKG_FIGURES_DIR", str(tmp_path / "figures"))
+    argv = ["--datasets", str(tiny_dataset_dir), "--models", "kgat", "--bits", "32,2",
+            "--seeds", "0", "--epochs", "1", "--max-batches-per-epoch", "2",
+            "--device", "cuda", "--out", str(tmp_path / "runs")]  # fmt: skip
+    assert main(argv) == 0
+    text = md.read_text()
+    assert "<!-- begin:accuracy-cuda -->" in text and torch.cuda.get_device_name(0) in text
+    assert "(the <= 1.10 goal is for the CPU)" in text

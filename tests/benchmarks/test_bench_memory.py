@@ -67,3 +67,15 @@ def test_a_small_run_writes_its_section_and_figure(tiny_dataset_dir: Path, redir
     assert text.count("| lightgcn |") == 2 and text.count("| bprmf |") == 2
     assert "benchmarks/figures/activation_memory.png" in text
     assert (figures / "activation_memory.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.cuda
+def test_cuda_section_has_the_step_peak(tiny_dataset_dir: Path, redirected):
+    md, figures = redirected
+    argv = ["--dataset", str(tiny_dataset_dir), "--models", "kgat", "--bits", "32,2",
+            "--repeats", "1", "--device", "cuda"]  # fmt: skip
+    assert main(argv) == 0
+    text = md.read_text()
+    assert "<!-- begin:memory-cuda -->" in text and torch.cuda.get_device_name(0) in text
+    assert text.count("| model | FP32 MiB | INT2 MiB |") == 2  # held for backward, step peak
+    assert (figures / "activation_memory_cuda.png").is_file()
