@@ -22,6 +22,7 @@ from tinykg_train.models.base import EmbeddingRecommender
 from tinykg_train.models.graphs import FIRST_KG_RELATION, INTERACT, ckg_edges, sort_by_relation
 from tinykg_train.models.layers import BiInteractionLayer, xavier_parameter
 from tinykg_train.models.losses import l2_penalty
+from tinykg_train.models.pretrained import load_mf_embeddings
 from tinykg_train.models.sparse import CSRGraph
 
 #: Edges scored at a time when refreshing the attention (bounds its memory to ~2^18 x dim floats).
@@ -35,10 +36,15 @@ def default_layer_dims(embed_dim: int, n_layers: int) -> list[int]:
 
 class KGAT(EmbeddingRecommender):
     """Knowledge Graph Attention Network; knobs in `config.extra`: `layer_dims`, `relation_dim`,
-    `negative_slope` (LeakyReLU of the aggregator)."""
+    `negative_slope` (LeakyReLU of the aggregator), `pretrained` (a BPR-MF run dir)."""
 
     has_kg_phase = True
-    EXTRA_DEFAULTS = {"layer_dims": None, "relation_dim": None, "negative_slope": 0.2}
+    EXTRA_DEFAULTS = {
+        "layer_dims": None,
+        "relation_dim": None,
+        "negative_slope": 0.2,
+        "pretrained": None,  # a BPR-MF run dir: start users and items from its vectors
+    }
 
     def __init__(self, dataset, config) -> None:
         super().__init__(dataset, config)
@@ -55,6 +61,13 @@ class KGAT(EmbeddingRecommender):
             )
 
         self.node_embedding = xavier_parameter(self.num_nodes, dim)
+        if self.extra["pretrained"]:
+            users, items = load_mf_embeddings(
+                self.extra["pretrained"], self.n_users, self.n_items, dim
+            )
+            with torch.no_grad():
+                self.node_embedding[self.n_entities :] = users
+                self.node_embedding[: self.n_items] = items
         self.relation_embedding = xavier_parameter(self.num_relations, relation_dim)
         self.transfer = nn.Parameter(torch.empty(self.num_relations, dim, relation_dim))
         for matrix in self.transfer.data:

@@ -1,0 +1,41 @@
+"""Start a model from the user and item vectors of a finished BPR-MF run.
+
+The original KGAT code does this by default (`--pretrain -1`: load the MF embeddings, then train
+KGAT): propagation and the KG then refine a good collaborative signal instead of learning it from
+scratch. The run's best weights are used (its last ones when it kept no best).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from tinykg_train.checkpoint import load_checkpoint
+from tinykg_train.errors import ConfigError
+
+
+def load_mf_embeddings(
+    path: str | Path, n_users: int, n_items: int, dim: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(user vectors [n_users, dim], item vectors [n_items, dim])` of a BPR-MF run dir or checkpoint."""
+    path = Path(path)
+    checkpoint_path = path / "checkpoint.pt" if path.is_dir() else path
+    if not checkpoint_path.is_file():
+        raise ConfigError(
+            f"'pretrained': {checkpoint_path} not found; give a finished `--model bprmf` run dir"
+        )
+    checkpoint = load_checkpoint(checkpoint_path)
+    weights = (checkpoint.get("state") or {}).get("best_model") or checkpoint.get("model") or {}
+    users, items = weights.get("user_embedding"), weights.get("item_embedding")
+    if users is None or items is None:
+        raise ConfigError(
+            f"'pretrained': {checkpoint_path} is not a BPR-MF checkpoint (no user/item embeddings)"
+        )
+    expected = {"users": (n_users, dim), "items": (n_items, dim)}
+    for name, tensor in (("users", users), ("items", items)):
+        if tuple(tensor.shape) != expected[name]:
+            raise ConfigError(
+                f"'pretrained': {checkpoint_path} has {name} of shape {tuple(tensor.shape)}, this run needs {expected[name]} (same dataset and embed_dim)"
+            )
+    return users.float(), items.float()
