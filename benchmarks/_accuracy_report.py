@@ -247,7 +247,7 @@ def report(
         tables.append(f"{dataset}:\n\n{table}")
         parts += [f"### {dataset}", table, "\n".join(goal_lines(models, device.type))]
         if figures is not None:
-            name = f"memory_vs_accuracy_{dataset}.png"
+            name = f"memory_vs_accuracy-{section}-{dataset}.png"  # one per section: runs differ
             plot(dataset, models, device_label, figures / name)
             parts.append(f"![memory vs accuracy on {dataset}](benchmarks/figures/{name})")
     if device.type == "cpu":

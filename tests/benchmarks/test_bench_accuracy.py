@@ -61,7 +61,7 @@ def test_matrix_trains_reports_resumes_and_refuses_stale_runs(
     assert f"### {name}" in text and text.count("| kgat | INT2 | 2 |") == 1
     assert "- KGAT INT2 / FP32 test Recall@20: **" in text
     assert "- KGAT vs BPR-MF at FP32, test Recall@20: **" in text
-    assert (figures / f"memory_vs_accuracy_{name}.png").read_bytes()[:4] == b"\x89PNG"
+    assert (figures / f"memory_vs_accuracy-accuracy-cpu-{name}.png").read_bytes()[:4] == b"\x89PNG"
     capsys.readouterr()
 
     # Finished runs are read back, not trained again.
