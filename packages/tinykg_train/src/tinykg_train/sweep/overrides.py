@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tinykg_train.errors import ConfigError
+from tinykg_train.sweep.spec import mapping_or_empty as _mapping
 
 
 def split_list(text: str, flag: str) -> list[str]:
@@ -80,11 +81,3 @@ def apply_overrides(
     if resources:
         result["resources"] = resources
     return result
-
-
-def _mapping(value: Any, where: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: expected a mapping of setting: value (got {value!r})")
-    return value

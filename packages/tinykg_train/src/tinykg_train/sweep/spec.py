@@ -242,9 +242,9 @@ def spec_from_mapping(values: Mapping[str, Any], source: str = "sweep config") -
         raise ConfigError(
             f"{source}: unknown key(s) {', '.join(unknown)}; valid: {', '.join(TOP_LEVEL_KEYS)}"
         )
-    train = normalized_train(_mapping(values.get("train"), f"{source}: train"), source)
-    space = _mapping(values.get("space"), f"{source}: space")
-    resources = _mapping(values.get("resources"), f"{source}: resources")
+    train = normalized_train(mapping_or_empty(values.get("train"), f"{source}: train"), source)
+    space = mapping_or_empty(values.get("space"), f"{source}: space")
+    resources = mapping_or_empty(values.get("resources"), f"{source}: resources")
     extra = sorted(set(resources) - {"cpu", "gpu"})
     if extra:
         raise ConfigError(
@@ -252,7 +252,7 @@ def spec_from_mapping(values: Mapping[str, Any], source: str = "sweep config") -
         )
     asha = values.get("asha")
     if asha is not None:
-        asha_values = _mapping(asha, f"{source}: asha")
+        asha_values = mapping_or_empty(asha, f"{source}: asha")
         bad = sorted(set(asha_values) - {"grace_period", "reduction_factor"})
         if bad:
             raise ConfigError(
@@ -279,7 +279,8 @@ def load_spec(path: str | None) -> dict[str, Any]:
     return read_yaml_mapping(path) if path else {}
 
 
-def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+def mapping_or_empty(value: Any, where: str) -> Mapping[str, Any]:
+    """`value` as a mapping (None is empty); anything else is a one-line ConfigError."""
     if value is None:
         return {}
     if not isinstance(value, Mapping):
