@@ -72,11 +72,12 @@ class Cell:
     def epochs_trained(self) -> float:
         return statistics.fmean(float(m["epochs_trained"]) for m in self.runs.values())
 
-    def paired_difference(self, base: Cell, key: str) -> tuple[float, float] | None:
+    def paired_difference(self, base: Cell, key: str) -> tuple[float, float, int] | None:
+        """Mean and std of this cell minus `base` over the seeds both have, and how many."""
         seeds = sorted(set(self.runs) & set(base.runs))
         if not seeds:
             return None
-        return mean_std([self.runs[s][key] - base.runs[s][key] for s in seeds])
+        return (*mean_std([self.runs[s][key] - base.runs[s][key] for s in seeds]), len(seeds))
 
 
 Grid = dict[str, dict[str, dict[int, Cell]]]  # dataset -> model -> bits -> cell
@@ -94,6 +95,11 @@ def group(runs: Sequence[Run]) -> Grid:
 
 def width(bits: int) -> str:
     return "FP32" if bits == 32 else f"INT{bits}"
+
+
+def spread(mean: float, std: float, n: int, sign: str = "") -> str:
+    """`mean ± std`, or the mean alone for one seed (no spread to show)."""
+    return f"{mean:{sign}.4f} ± {std:.4f}" if n > 1 else f"{mean:{sign}.4f}"
 
 
 def results_table(models: dict[str, dict[int, Cell]]) -> str:
@@ -115,11 +121,11 @@ def results_table(models: dict[str, dict[int, Cell]]) -> str:
                     model,
                     width(bits),
                     len(cell.runs),
-                    f"{r:.4f} ± {r_sd:.4f}",
-                    f"{n:.4f} ± {n_sd:.4f}",
+                    spread(r, r_sd, len(cell.runs)),
+                    spread(n, n_sd, len(cell.runs)),
                     f"{r / base.stat('recall@20')[0]:.3f}" if compared else "",
                     f"{n / base.stat('ndcg@20')[0]:.3f}" if compared else "",
-                    f"{diff[0]:+.4f} ± {diff[1]:.4f}" if diff else "",
+                    spread(*diff, sign="+") if diff else "",
                     f"{cell.epoch_seconds:.2f}",
                     f"{cell.epoch_seconds / base.epoch_seconds:.2f}" if compared else "",
                     f"{cell.activation_bytes / 2**20:.2f}",

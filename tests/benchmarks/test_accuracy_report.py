@@ -38,6 +38,12 @@ def test_table_rows():
     assert math.isclose(0.295 / 0.31, 0.9516, abs_tol=1e-4)
 
 
+def test_one_seed_shows_no_spread():
+    table = results_table(group(RUNS[:1] + RUNS[2:3])["d"]).splitlines()
+    assert table[2].startswith("| kgat | FP32 | 1 | 0.3000 | 0.2000 |")
+    assert "| 0.967 | 0.950 | -0.0100 | 1.50 |" in table[3]
+
+
 @pytest.mark.parametrize("device_type", ["cpu", "cuda"], ids=["on-cpu", "on-gpu"])
 def test_goal_verdicts(device_type: str):
     lines = goal_lines(group(RUNS)["d"], device_type)
