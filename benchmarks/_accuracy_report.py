@@ -258,8 +258,9 @@ def report(
             parts.append(f"![memory vs accuracy on {dataset}](benchmarks/figures/{name})")
     if device.type == "cpu":
         parts.append(
-            f"CPU threads: {torch.get_num_threads()}; load average (1 min) at the end: "
-            f"{os.getloadavg()[0]:.2f} (the machine is shared: other work slows every epoch)."
+            f"CPU threads: {torch.get_num_threads()}; load average (1 min) when this report was "
+            f"written: {os.getloadavg()[0]:.2f} (the machine is shared: other work during the runs "
+            "slows their epochs)."
         )
     title = f"Accuracy per bit width ({', '.join(grid)}; {device_label}) [{section}]"
     return title, "\n\n".join(parts), "\n\n".join(tables)
