@@ -247,6 +247,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 flush=True,
             )
         results.append(Run(run.dataset, run.model, run.bits, run.seed, metrics))
+    if not results:
+        print("no run has finished: nothing to report (BENCHMARKS.md left as it is)")
+        return 0
     section = args.section or f"accuracy-{device.type}"
     plotting = importlib.util.find_spec("matplotlib") is not None
     figures = None if args.no_write or not plotting else figures_dir()

@@ -83,6 +83,19 @@ def test_matrix_trains_reports_resumes_and_refuses_stale_runs(
     assert len(err.splitlines()) == 1 and "lr: 0.001 -> 0.01" in err and "another --out" in err
 
 
+def test_a_spent_budget_starts_nothing_and_leaves_the_report_alone(
+    tiny_dataset_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+):
+    md = tmp_path / "BENCHMARKS.md"
+    monkeypatch.setenv("TINYKG_BENCHMARKS_MD", str(md))
+    argv = ["--datasets", str(tiny_dataset_dir), "--models", "bprmf", "--seeds", "0",
+            "--device", "cpu", "--out", str(tmp_path / "runs"), "--budget-s", "0"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "budget of 0 s spent" in out and "nothing to report" in out
+    assert not md.exists() and not (tmp_path / "runs").exists()
+
+
 @pytest.mark.cuda
 def test_a_cuda_matrix_lands_in_its_own_section(
     tiny_dataset_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
