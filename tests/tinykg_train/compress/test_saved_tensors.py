@@ -4,7 +4,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tinykg_train.compress import ActivationMeter, CompressionConfig, compress_saved_tensors, ops
+from tinykg_train.compress import (
+    ActivationMeter,
+    CompressionConfig,
+    compress_saved_tensors,
+    ops,
+    uncompressed,
+)
 
 INT2, INT8 = CompressionConfig(bits=2), CompressionConfig(bits=8)
 
@@ -121,3 +127,29 @@ def test_bits_32_compresses_nothing():
         out2 = model(x)
     assert plain.total_bytes == hooked.total_bytes > 0
     assert torch.equal(out1, out2)
+
+
+def softplus_margin_grad(x: torch.Tensor, exact: bool) -> tuple[torch.Tensor, int]:
+    """d softplus(x).mean() / dx with x saved inside an INT2 block (`exact`: in `uncompressed()`)."""
+    x = x.clone().requires_grad_(True)
+    with compress_saved_tensors(CompressionConfig(bits=2)), ActivationMeter() as meter:
+        margin = x * 1.0  # a non-leaf, as a loss's score margins are
+        with uncompressed() if exact else contextlib.nullcontext():
+            loss = F.softplus(margin).mean()
+        held = meter.total_bytes
+    loss.backward()
+    return x.grad, held
+
+
+def test_uncompressed_keeps_a_nonlinear_loss_input_exact_and_counted():
+    torch.manual_seed(0)
+    x = torch.randn(4096) * 4
+    expected = torch.sigmoid(x) / x.numel()
+    grad, held = softplus_margin_grad(x, exact=True)
+    torch.testing.assert_close(grad, expected)
+    assert held >= x.numel() * 4, "the exact copy is still counted by the meter"
+    # control: saved at 2 bits, softplus's gradient (the sigmoid of the saved input) is far off and biased
+    mean_error = torch.stack(
+        [softplus_margin_grad(x, exact=False)[0] - expected for _ in range(32)]
+    ).mean(0)
+    assert mean_error.abs().max() * x.numel() > 0.02

@@ -3,7 +3,9 @@
 - `CompressionConfig`: bits (1/2/4/8, or 32 = off), grouping, scheme, projection, minimum size.
 - `ops`: autograd ops for what KGNNs save (linear, spmm, edge_softmax, mul, l2_normalize, embedding,
   relu, leaky_relu, dropout); `modules`: thin nn.Module wrappers.
-- `compress_saved_tensors(config)`: compress whatever else autograd saves (saved-tensor hooks).
+- `compress_saved_tensors(config)`: compress whatever else autograd saves (saved-tensor hooks);
+  `uncompressed()` keeps what a block saves as it is (a loss's softplus input, whose gradient is
+  nonlinear in it).
 - `ActivationMeter(model)`: bytes held for backward in one forward pass, in total and per module.
 
 How it fits together:
@@ -27,6 +29,6 @@ How it fits together:
 from tinykg_train.compress import ops
 from tinykg_train.compress.config import CompressionConfig
 from tinykg_train.compress.meter import ActivationMeter
-from tinykg_train.compress.saved_tensors import compress_saved_tensors
+from tinykg_train.compress.saved_tensors import compress_saved_tensors, uncompressed
 
-__all__ = ["ActivationMeter", "CompressionConfig", "compress_saved_tensors", "ops"]
+__all__ = ["ActivationMeter", "CompressionConfig", "compress_saved_tensors", "ops", "uncompressed"]

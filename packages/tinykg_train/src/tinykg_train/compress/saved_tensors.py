@@ -78,3 +78,16 @@ def compress_saved_tensors(
             yield
     finally:
         handle.remove()
+
+
+@contextlib.contextmanager
+def uncompressed() -> Iterator[None]:
+    """Tensors saved in this block are stored as they are, even inside `compress_saved_tensors`.
+
+    For the few small tensors whose gradient is a nonlinear function of what is saved, such as the
+    score margins under a loss's softplus (backward: sigmoid of the saved input): rounding them would
+    bias the gradient, and they are a negligible share of the memory. An `ActivationMeter` still
+    counts them.
+    """
+    with stack.pushed(Compressor(CompressionConfig(bits=32)), set()):
+        yield

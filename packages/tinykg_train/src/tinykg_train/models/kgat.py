@@ -21,7 +21,7 @@ from tinykg_train.errors import ConfigError
 from tinykg_train.models.base import EmbeddingRecommender
 from tinykg_train.models.graphs import FIRST_KG_RELATION, INTERACT, ckg_edges, sort_by_relation
 from tinykg_train.models.layers import BiInteractionLayer, xavier_parameter
-from tinykg_train.models.losses import l2_penalty
+from tinykg_train.models.losses import l2_penalty, softplus_mean
 from tinykg_train.models.pretrained import load_mf_embeddings
 from tinykg_train.models.sparse import CSRGraph
 
@@ -188,7 +188,7 @@ class KGAT(EmbeddingRecommender):
         ph, pt, nh, nt = projected
         pos_score = (ph + relation_vectors - pt).pow(2).sum(-1)
         neg_score = (nh + relation_vectors - nt).pow(2).sum(-1)
-        loss = nn.functional.softplus(pos_score - neg_score).mean()
+        loss = softplus_mean(pos_score - neg_score)  # margins kept exact: see losses.softplus_mean
         if self.l2 > 0:
             loss = loss + self.l2 * l2_penalty([ph, relation_vectors, pt, nh, nt])
         return loss

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from tinykg_train.compress import CompressionConfig, ops
+from tinykg_train.compress import CompressionConfig, ops, uncompressed
 
 
 def dot_scores(a: torch.Tensor, b: torch.Tensor, *, config: CompressionConfig) -> torch.Tensor:
@@ -18,9 +18,19 @@ def dot_scores(a: torch.Tensor, b: torch.Tensor, *, config: CompressionConfig) -
 def bpr_loss(
     users: torch.Tensor, pos: torch.Tensor, neg: torch.Tensor, *, config: CompressionConfig
 ) -> torch.Tensor:
-    """Mean of -log sigmoid(<u, pos> - <u, neg>) over the batch (Rendle et al. 2009)."""
+    """Mean of -log sigmoid(<u, pos> - <u, neg>) over the batch (Rendle et al. 2009).
+
+    The margins are saved uncompressed: softplus's gradient is nonlinear in them, so rounding would
+    bias it (they are one float per pair).
+    """
     margin = dot_scores(users, pos, config=config) - dot_scores(users, neg, config=config)
-    return F.softplus(-margin).mean()
+    return softplus_mean(-margin)
+
+
+def softplus_mean(x: torch.Tensor) -> torch.Tensor:
+    """`softplus(x).mean()` with `x` saved as it is, even inside `compress_saved_tensors`."""
+    with uncompressed():
+        return F.softplus(x).mean()
 
 
 def l2_penalty(embeddings: Sequence[torch.Tensor]) -> torch.Tensor:
