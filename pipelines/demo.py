@@ -39,12 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--users",
         type=int,
-        default=3000,
+        default=1000,
         metavar="N",
-        help="synthetic users (default 3000; items = users, extra entities = 2 x users)",
+        help="synthetic users (default 1000; items = users, extra entities = 2 x users)",
     )
     parser.add_argument(
-        "--epochs", type=int, default=8, metavar="N", help="training epochs per run (default 8)"
+        "--epochs", type=int, default=5, metavar="N", help="training epochs per run (default 5)"
     )
     parser.add_argument(
         "--bits",
