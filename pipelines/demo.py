@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m pipelines.demo",
         description=(
             "Synthetic data -> ingest -> KGAT at FP32 and at INT2 -> MLflow, then a table comparing "
-            "activation memory and accuracy. Needs no download; a few minutes on 2 CPU cores."
+            "activation memory and accuracy. Needs no download; about a minute on 2 CPU cores."
         ),
     )
     parser.add_argument(
@@ -39,12 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--users",
         type=int,
-        default=1000,
+        default=2000,
         metavar="N",
-        help="synthetic users (default 1000; items = users, extra entities = 2 x users)",
+        help="synthetic users (default 2000; items = users, extra entities = 2 x users)",
     )
     parser.add_argument(
-        "--epochs", type=int, default=5, metavar="N", help="training epochs per run (default 5)"
+        "--epochs", type=int, default=10, metavar="N", help="training epochs per run (default 10)"
     )
     parser.add_argument(
         "--bits",
