@@ -126,7 +126,11 @@ def test_on_cuda_forward_matches_cpu_and_8_bit_gradients_within_two_percent():
     torch.manual_seed(0)
     with compress_saved_tensors(CompressionConfig(bits=8)), ActivationMeter() as meter:
         out = layer(edge_index, params, CompressionConfig(bits=8))
-    assert torch.equal(out, layer(edge_index, params, CompressionConfig()))
+    # CUDA's sparse products add with atomics, so even two uncompressed forwards can differ in the
+    # last bit: the same forward, up to float32 summation order (the CPU tests check bit equality)
+    torch.testing.assert_close(
+        out, layer(edge_index, params, CompressionConfig()), rtol=1e-6, atol=1e-7
+    )
     assert meter.total_bytes > 0
     approx = torch.autograd.grad((out * probe).sum(), list(params.values()))
     for name, a, e in zip(params, approx, exact, strict=True):
