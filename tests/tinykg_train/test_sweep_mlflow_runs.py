@@ -16,11 +16,11 @@ from tinykg_train.sweep.mlflow_runs import (
     TrialOutcome,
     child_runs,
     client_for,
-    ensure_experiment,
     error_line,
     settle_children,
     start_parent_run,
 )
+from tinykg_train.tracking import ensure_experiment
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +45,15 @@ def test_experiment_is_created_once_with_artifacts_beside_the_database(store):
     location = client.get_experiment(first).artifact_location
     db_dir = Path(store.removeprefix("sqlite:///")).parent
     assert location.endswith(str(db_dir / "mlruns" / "exp-a"))
+
+
+def test_a_deleted_experiment_is_restored_so_runs_can_be_created_in_it(store):
+    client = client_for(store)
+    deleted = ensure_experiment(client, "exp-deleted", store)
+    client.delete_experiment(deleted)
+    assert ensure_experiment(client, "exp-deleted", store) == deleted
+    assert client.get_experiment(deleted).lifecycle_stage == "active"
+    assert client.create_run(deleted).info.experiment_id == deleted
 
 
 def test_parent_params_and_children_of_that_parent_only(store):

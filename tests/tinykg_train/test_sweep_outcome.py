@@ -14,12 +14,12 @@ from tinykg_train.sweep.mlflow_runs import (
     TrialOutcome,
     child_runs,
     client_for,
-    ensure_experiment,
     start_parent_run,
 )
 from tinykg_train.sweep.outcome import SweepOutcome, record_missing_failures
 from tinykg_train.sweep.summary import TrialRow
 from tinykg_train.sweep.trial import TrialSetup
+from tinykg_train.tracking import ensure_experiment
 
 
 def outcome_with(*statuses: str, interrupted: bool = False) -> SweepOutcome:

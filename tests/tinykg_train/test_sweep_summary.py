@@ -14,11 +14,10 @@ from tinykg_train.sweep.mlflow_runs import (
     TRIAL_TAG,
     child_runs,
     client_for,
-    ensure_experiment,
     start_parent_run,
 )
 from tinykg_train.sweep.summary import format_table, mark_pareto, row_from_run, write_csv
-from tinykg_train.tracking import MlflowTracker
+from tinykg_train.tracking import MlflowTracker, ensure_experiment
 
 
 @pytest.fixture(scope="module")

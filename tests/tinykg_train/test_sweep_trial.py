@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 from tinykg_train.config import TrainConfig
 from tinykg_train.run_dir import RunDir
-from tinykg_train.sweep.mlflow_runs import ERROR_TAG, client_for, ensure_experiment
+from tinykg_train.sweep.mlflow_runs import ERROR_TAG, client_for
 from tinykg_train.sweep.trial import TrialNamer, record_failure, trial_device, trial_label
-from tinykg_train.tracking import MlflowTracker
+from tinykg_train.tracking import MlflowTracker, ensure_experiment
 
 
 def test_labels_name_model_bits_lr_seed():

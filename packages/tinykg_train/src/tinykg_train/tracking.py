@@ -16,12 +16,13 @@ sqlite store a new experiment keeps its artifacts in `mlruns/<experiment>` besid
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Protocol
@@ -89,6 +90,50 @@ def absolute_uri(uri: str) -> str:
     if path is None or path.is_absolute():
         return uri
     return f"sqlite:///{Path.cwd().resolve() / path}"
+
+
+@contextlib.contextmanager
+def store_errors(
+    tracking_uri: str, fix: str = "fix --tracking-uri / MLFLOW_TRACKING_URI"
+) -> Iterator[None]:
+    """Turn a tracking store that cannot be opened or written into a one-line TinyKGError."""
+    from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        yield
+    except (MlflowException, SQLAlchemyError, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TinyKGError(f"MLflow store {tracking_uri}: {first[:300]}; {fix}") from None
+
+
+def ensure_experiment(client, name: str, tracking_uri: str) -> str:
+    """The id of experiment `name`: restored if deleted, created when missing (artifacts beside a
+    sqlite database); another process creating it at the same moment is fine."""
+    from mlflow.exceptions import MlflowException
+
+    found = client.get_experiment_by_name(name)
+    if found is None:
+        db = sqlite_path(tracking_uri)
+        location = str(db.parent / "mlruns" / name) if db is not None else None
+        try:
+            return client.create_experiment(name, artifact_location=location)
+        except MlflowException:  # created meanwhile by another process (parallel trials)
+            found = client.get_experiment_by_name(name)
+            if found is None:
+                raise
+    if found.lifecycle_stage == "deleted":  # runs cannot be created in a deleted experiment
+        client.restore_experiment(found.experiment_id)
+    return found.experiment_id
+
+
+def log_params(client, run_id: str, params: Mapping[str, str]) -> None:
+    """Log string params, values cut to 6000 characters, in batches of 100 (MLflow's limits)."""
+    from mlflow.entities import Param
+
+    items = [Param(key, value[:6000]) for key, value in params.items()]
+    for start in range(0, len(items), 100):
+        client.log_batch(run_id, params=items[start : start + 100])
 
 
 def git_commit(cwd: Path | None = None) -> tuple[str, bool] | None:
@@ -160,16 +205,9 @@ class MlflowTracker:
 
         A store that cannot be opened is a TinyKGError (one line: the URI and how to fix it).
         """
-        from mlflow.exceptions import MlflowException
-        from sqlalchemy.exc import SQLAlchemyError
-
-        try:
+        fix = "fix --tracking-uri / MLFLOW_TRACKING_URI or pass --no-mlflow"
+        with store_errors(self.tracking_uri, fix):
             self._start(config, run_dir, device_label)
-        except (MlflowException, SQLAlchemyError, OSError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise TinyKGError(
-                f"MLflow store {self.tracking_uri}: {first}; fix --tracking-uri / MLFLOW_TRACKING_URI or pass --no-mlflow"
-            ) from None
 
     def _start(self, config, run_dir: RunDir, device_label: str) -> None:
         reopened = self._reopen(run_dir) if config.resume else None
@@ -177,7 +215,9 @@ class MlflowTracker:
             self.run_id = reopened
             self.client.update_run(self.run_id, status="RUNNING")
         else:
-            experiment_id = self.experiment_id or self._experiment_id()
+            experiment_id = self.experiment_id or ensure_experiment(
+                self.client, self.experiment, self.tracking_uri
+            )
             self.experiment_id = experiment_id
             run = self.client.create_run(
                 experiment_id,
@@ -252,23 +292,6 @@ class MlflowTracker:
             raise RuntimeError("MlflowTracker.start() must be called before logging")
         return self.run_id
 
-    def _experiment_id(self) -> str:
-        """The experiment's id, creating it (artifacts beside a sqlite database) when missing."""
-        from mlflow.exceptions import MlflowException
-
-        found = self.client.get_experiment_by_name(self.experiment)
-        if found is not None:
-            return found.experiment_id
-        db = sqlite_path(self.tracking_uri)
-        location = str(db.parent / "mlruns" / self.experiment) if db is not None else None
-        try:
-            return self.client.create_experiment(self.experiment, artifact_location=location)
-        except MlflowException:  # created meanwhile by another process (parallel trials)
-            found = self.client.get_experiment_by_name(self.experiment)
-            if found is None:
-                raise
-            return found.experiment_id
-
     def _reopen(self, run_dir: RunDir) -> str | None:
         """The run id recorded in `run_dir` if it lives in this tracker's store, else None."""
         from mlflow.exceptions import MlflowException
@@ -310,12 +333,8 @@ class MlflowTracker:
         return tags
 
     def _log_params(self, config, skip_existing: bool) -> None:
-        from mlflow.entities import Param
-
         params = flatten_params(config.to_dict())
         if skip_existing:  # params are immutable in MLflow; a resumed run keeps its original ones
             existing = self.client.get_run(self._require_run()).data.params
             params = {k: v for k, v in params.items() if k not in existing}
-        items = [Param(k, v[:6000]) for k, v in params.items()]
-        for start in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
-            self.client.log_batch(self._require_run(), params=items[start : start + 100])
+        log_params(self.client, self._require_run(), params)

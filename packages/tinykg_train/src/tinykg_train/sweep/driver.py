@@ -22,17 +22,17 @@ from tinykg_train.sweep.cluster import (
     in_ray_job,
     ray_connection,
 )
-from tinykg_train.sweep.mlflow_runs import (
-    client_for,
-    ensure_experiment,
-    start_parent_run,
-    store_errors,
-)
+from tinykg_train.sweep.mlflow_runs import client_for, start_parent_run
 from tinykg_train.sweep.outcome import SweepOutcome, summarize, trial_outcomes
 from tinykg_train.sweep.reporting import STOP_METRIC
 from tinykg_train.sweep.spec import SweepSpec
 from tinykg_train.sweep.trial import TrialNamer, TrialSetup, run_trial
-from tinykg_train.tracking import absolute_uri, default_tracking_uri
+from tinykg_train.tracking import (
+    absolute_uri,
+    default_tracking_uri,
+    ensure_experiment,
+    store_errors,
+)
 
 STATE_FILE = "sweep.json"
 

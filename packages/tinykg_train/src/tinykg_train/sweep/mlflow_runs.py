@@ -1,7 +1,7 @@
 """The MLflow side of a sweep: one experiment, a parent run, one child run per trial.
 
-The driver creates the experiment once (parallel trials creating it at the same moment race on a
-fresh sqlite file) and the parent run; each trial's `MlflowTracker` then makes a child run carrying
+The driver creates the experiment once (`tracking.ensure_experiment`: parallel trials creating it at
+the same moment race on a fresh sqlite file) and the parent run; each trial's `MlflowTracker` then makes a child run carrying
 `mlflow.parentRunId` plus the `sweep` and `sweep_trial` tags, so the MLflow UI groups the trials under
 the parent and `tags.sweep = '<name>'` filters them. After Tune returns, the driver settles the
 children a trial could not settle itself (its process was killed, or ASHA stopped it).
@@ -9,13 +9,11 @@ children a trial could not settle itself (its process was killed, or ASHA stoppe
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tinykg_train.errors import TinyKGError
-from tinykg_train.tracking import flatten_params, sqlite_path
+from tinykg_train.tracking import flatten_params, log_params
 
 SWEEP_TAG = "sweep"  # the sweep's name, on the parent and every child
 TRIAL_TAG = "sweep_trial"  # the Tune trial id, on every child
@@ -26,49 +24,18 @@ STOPPED_TAG = "stopped_by"  # "asha" on trials the scheduler stopped early
 KILLED_MESSAGE = "the trial's process ended without a result (killed, e.g. out of memory)"
 
 
-@contextlib.contextmanager
-def store_errors(tracking_uri: str) -> Iterator[None]:
-    """Turn a tracking store that cannot be opened or written into a one-line TinyKGError."""
-    from mlflow.exceptions import MlflowException
-    from sqlalchemy.exc import SQLAlchemyError
-
-    try:
-        yield
-    except (MlflowException, SQLAlchemyError, OSError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise TinyKGError(
-            f"MLflow store {tracking_uri}: {first[:300]}; fix --tracking-uri / MLFLOW_TRACKING_URI"
-        ) from None
-
-
 def client_for(tracking_uri: str):
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri=tracking_uri)
 
 
-def ensure_experiment(client, name: str, tracking_uri: str) -> str:
-    """The id of experiment `name`, created (artifacts beside a sqlite database) when missing."""
-    found = client.get_experiment_by_name(name)
-    if found is not None:
-        if found.lifecycle_stage == "deleted":
-            client.restore_experiment(found.experiment_id)
-        return found.experiment_id
-    db = sqlite_path(tracking_uri)
-    location = str(db.parent / "mlruns" / name) if db is not None else None
-    return client.create_experiment(name, artifact_location=location)
-
-
 def start_parent_run(client, experiment_id: str, name: str, params: Mapping[str, Any]) -> str:
     """Create the sweep's parent run with the sweep settings as params; returns its id."""
-    from mlflow.entities import Param
-
     run = client.create_run(
         experiment_id, run_name=name, tags={SWEEP_TAG: name, ROLE_TAG: "parent"}
     )
-    items = [Param(k, v[:6000]) for k, v in flatten_params(params).items()]
-    for start in range(0, len(items), 100):  # at most 100 params per batch
-        client.log_batch(run.info.run_id, params=items[start : start + 100])
+    log_params(client, run.info.run_id, flatten_params(params))
     return run.info.run_id
 
 
