@@ -190,6 +190,15 @@ def test_launcher_picks_unmasked_power_of_two_tiles():
     ).constants["MASKED"]
 
 
+def test_host_tile_arithmetic_matches_tritons():
+    """The launchers' plain-Python cdiv / next power of two (triton's own are slow on the host)."""
+    import triton
+
+    for n in range(1, 1100):
+        assert ops._next_power_of_2(n) == triton.next_power_of_2(n)
+        assert ops._cdiv(n, 64) == triton.cdiv(n, 64) and ops._cdiv(n, 7) == triton.cdiv(n, 7)
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("bits", [1, 2, 4, 8])
 @pytest.mark.parametrize(

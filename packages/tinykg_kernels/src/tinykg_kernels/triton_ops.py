@@ -311,12 +311,22 @@ MAX_CHUNK_COLUMNS = 1 << 16 if INTERPRETED else 4096
 NUM_WARPS = 4
 
 
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _next_power_of_2(n: int) -> int:
+    """Smallest power of two >= `n` (n >= 1). Plain Python on purpose: `triton.cdiv` and
+    `triton.next_power_of_2` are constexpr functions costing ~5 us per host call, every launch."""
+    return 1 << (n - 1).bit_length()
+
+
 def _tile(layout: GroupLayout) -> tuple[int, int]:
     """(BLOCK_R groups, BLOCK_C codes) per program: powers of two, one group's chunk per row."""
     # at least 4 columns: a tile row holds whole Philox quads
-    columns = max(triton.next_power_of_2(layout.group_len), layout.per_byte, 4)
+    columns = max(_next_power_of_2(layout.group_len), layout.per_byte, 4)
     columns = min(columns, MAX_CHUNK_COLUMNS)
-    rows = max(1, min(TILE_ELEMENTS // columns, triton.next_power_of_2(layout.n_groups)))
+    rows = max(1, min(TILE_ELEMENTS // columns, _next_power_of_2(layout.n_groups)))
     return rows, columns
 
 
@@ -380,7 +390,7 @@ def quantize_launch(
     codes, scale, zero = outputs
     mode = 2 if noise is not None else (1 if seed is not None else 0)
     block_r, block_c = _tile(layout)
-    n_chunks = triton.cdiv(layout.group_len, block_c)
+    n_chunks = _cdiv(layout.group_len, block_c)
     args = (
         _bits_view(flat), flat if noise is None else noise, codes, _param_view(scale), _param_view(zero),
         layout.numel, layout.n_groups, layout.group_len, layout.bytes_per_group,
@@ -400,7 +410,7 @@ def quantize_launch(
         "ROUNDS": PHILOX_ROUNDS,
         "INTERPRETER": INTERPRETED,
     }
-    return Launch(_quantize_kernel, (triton.cdiv(layout.n_groups, block_r),), args, constants)
+    return Launch(_quantize_kernel, (_cdiv(layout.n_groups, block_r),), args, constants)
 
 
 def dequantize_launch(
@@ -413,7 +423,7 @@ def dequantize_launch(
 ) -> Launch:
     """The `_dequantize_kernel` call that fills the flat `out` from (codes, scale, zero)."""
     block_r, block_c = _tile(layout)
-    n_chunks = triton.cdiv(layout.group_len, block_c)
+    n_chunks = _cdiv(layout.group_len, block_c)
     args = (
         codes, _param_view(scale), _param_view(zero), _bits_view(out),
         layout.numel, layout.n_groups, layout.group_len, layout.bytes_per_group, n_chunks,
@@ -427,7 +437,7 @@ def dequantize_launch(
         "BLOCK_C": block_c,
         "MASKED": _needs_mask(layout, block_r, block_c),
     }
-    grid = (triton.cdiv(layout.n_groups, block_r) * n_chunks,)
+    grid = (_cdiv(layout.n_groups, block_r) * n_chunks,)
     return Launch(_dequantize_kernel, grid, args, constants)
 
 
