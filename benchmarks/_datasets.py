@@ -9,7 +9,6 @@ it is. A path to a dir written by ingest may stand in for a name (small runs, te
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
@@ -22,19 +21,14 @@ class DatasetUnavailable(RuntimeError):
     """Neither the raw shared data nor an ingested copy of it is present."""
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def cache_is_current(dataset, raw: Path) -> bool:
-    """Whether an ingested dir was made from exactly the files now in `raw`."""
+    """Whether an ingested dir was made from exactly the files now in `raw` (the digests ingest
+    recorded in its metadata, computed the same way)."""
+    from kg_data.writer import file_digest
+
     sources = dataset.metadata.get("sources", {})
     return bool(sources) and all(
-        (raw / name).is_file() and sha256(raw / name) == source["sha256"]
+        (raw / name).is_file() and file_digest(raw / name) == source
         for name, source in sources.items()
     )
 
