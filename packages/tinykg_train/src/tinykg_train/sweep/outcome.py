@@ -13,10 +13,9 @@ from pathlib import Path
 
 from tinykg_train.config import TrainConfig
 from tinykg_train.errors import TinyKGError
-from tinykg_train.run_dir import RunDir, write_text_atomic
+from tinykg_train.run_dir import write_text_atomic
 from tinykg_train.sweep.mlflow_runs import (
     KILLED_MESSAGE,
-    SWEEP_TAG,
     TRIAL_TAG,
     TrialOutcome,
     child_runs,
@@ -26,8 +25,7 @@ from tinykg_train.sweep.mlflow_runs import (
 from tinykg_train.sweep.pareto import pareto_chart
 from tinykg_train.sweep.spec import SweepSpec
 from tinykg_train.sweep.summary import TrialRow, format_table, mark_pareto, row_from_run, write_csv
-from tinykg_train.sweep.trial import TrialSetup, record_failure, trial_id_of, trial_label
-from tinykg_train.tracking import MlflowTracker
+from tinykg_train.sweep.trial import TrialSetup, record_failure, trial_id_of
 
 
 @dataclass
@@ -95,14 +93,8 @@ def record_missing_failures(
     missing = [o for o in outcomes.values() if o.state == "error" and o.trial_id not in have]
     for trial in missing:
         settings = {**setup.train, **trial.params}
-        tracker = MlflowTracker(
-            tracking_uri=setup.tracking_uri,
-            run_name=f"{trial_label(settings)}-{trial.trial_id}",
-            tags={SWEEP_TAG: setup.sweep_name, TRIAL_TAG: trial.trial_id},
-            parent_run_id=setup.parent_run_id,
-            experiment_id=setup.experiment_id,
-        )
-        run_dir = RunDir(Path(setup.runs_dir) / trial.trial_id)
+        tracker = setup.tracker(trial.trial_id, settings)
+        run_dir = setup.run_dir(trial.trial_id)
         config = TrainConfig.from_dict({**settings, "out": str(run_dir.path)})
         record_failure(tracker, config, run_dir, TrialDied(f"{KILLED_MESSAGE}: {trial.error}"))
     return bool(missing)

@@ -35,6 +35,19 @@ class TrialSetup:
     parent_run_id: str
     model_builder: str | None = None
 
+    def run_dir(self, trial_id: str) -> RunDir:
+        return RunDir(Path(self.runs_dir) / trial_id)
+
+    def tracker(self, trial_id: str, settings: Mapping[str, Any]) -> MlflowTracker:
+        """The trial's MLflow child run: under the parent, named by its settings, tagged with its id."""
+        return MlflowTracker(
+            tracking_uri=self.tracking_uri,
+            run_name=f"{trial_label(settings)}-{trial_id}",
+            tags={SWEEP_TAG: self.sweep_name, TRIAL_TAG: trial_id},
+            parent_run_id=self.parent_run_id,
+            experiment_id=self.experiment_id,
+        )
+
 
 def trial_label(settings: Mapping[str, Any]) -> str:
     """A short readable name from a trial's settings, e.g. "kgat-int2-lr0.001-seed0" ("fp32": 32 bits)."""
@@ -71,24 +84,17 @@ def trial_device(requested: str, gpu_ids: list) -> str:
 
 def run_trial(params: Mapping[str, Any], setup: TrialSetup) -> None:
     """Train one trial; `params` are its sampled settings (the Tune trial config)."""
+    import ray
     from ray import tune
 
     from tinykg_train.trainer import train
 
     trial_id = tune.get_context().get_trial_id()
-    run_dir = RunDir(Path(setup.runs_dir) / trial_id)
-    import ray
-
+    run_dir = setup.run_dir(trial_id)
     settings = {**setup.train, **params}
     gpus = ray.get_runtime_context().get_accelerator_ids().get("GPU", [])
     settings["device"] = trial_device(settings.get("device", "auto"), gpus)
-    tracker = MlflowTracker(
-        tracking_uri=setup.tracking_uri,
-        run_name=f"{trial_label(settings)}-{trial_id}",
-        tags={SWEEP_TAG: setup.sweep_name, TRIAL_TAG: trial_id},
-        parent_run_id=setup.parent_run_id,
-        experiment_id=setup.experiment_id,
-    )
+    tracker = setup.tracker(trial_id, settings)
     config = TrainConfig.from_dict(
         {**settings, "out": str(run_dir.path), "resume": run_dir.checkpoint.exists()}
     )
