@@ -28,23 +28,27 @@ def outcome_with(*statuses: str, interrupted: bool = False) -> SweepOutcome:
 
 
 @pytest.mark.parametrize(
-    ("statuses", "interrupted", "code", "verdict"),
+    ("statuses", "interrupted", "code", "parent", "verdict"),
     [
-        (("FINISHED", "FAILED"), False, 0, "2 trial(s): 1 finished, 1 failed"),
-        (("STOPPED", "FINISHED"), False, 0, "2 trial(s): 1 finished, 1 stopped"),
-        (("FAILED", "FAILED"), False, 1, "every trial failed"),
+        (("FINISHED", "FAILED"), False, 0, "FINISHED", "2 trial(s): 1 finished, 1 failed"),
+        (("STOPPED", "FINISHED"), False, 0, "FINISHED", "2 trial(s): 1 finished, 1 stopped"),
+        (("FAILED", "FAILED"), False, 1, "FAILED", "every trial failed"),
         (
             ("FINISHED", "KILLED"),
             True,
             130,
+            "KILLED",
             "interrupted: continue it with the same command plus --resume",
         ),
-        ((), False, 1, "0 trial(s): none ran"),
+        ((), False, 1, "FAILED", "0 trial(s): none ran"),
     ],
 )
-def test_exit_status_is_nonzero_only_if_every_trial_failed(statuses, interrupted, code, verdict):
+def test_exit_status_is_nonzero_only_if_every_trial_failed(
+    statuses, interrupted, code, parent, verdict
+):
     outcome = outcome_with(*statuses, interrupted=interrupted)
     assert outcome.exit_code == code
+    assert outcome.parent_status == parent
     assert verdict in outcome.verdict()
 
 

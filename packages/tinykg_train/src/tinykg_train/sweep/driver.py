@@ -224,9 +224,5 @@ def run_sweep(
     except BaseException:
         client.set_terminated(parent_run_id, status="FAILED")
         raise
-    if outcome.interrupted:
-        status = "KILLED"
-    else:
-        status = "FAILED" if outcome.all_failed or not outcome.rows else "FINISHED"
-    client.set_terminated(parent_run_id, status=status)
+    client.set_terminated(parent_run_id, status=outcome.parent_status)
     return outcome

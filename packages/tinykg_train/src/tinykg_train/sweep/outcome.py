@@ -49,10 +49,16 @@ class SweepOutcome:
         return bool(self.rows) and self.count("FAILED") == len(self.rows)
 
     @property
-    def exit_code(self) -> int:
+    def parent_status(self) -> str:
+        """The parent run's final MLflow status: KILLED when interrupted, FAILED when no trial ran
+        or every trial failed, else FINISHED."""
         if self.interrupted:
-            return 130
-        return 1 if self.all_failed or not self.rows else 0
+            return "KILLED"
+        return "FAILED" if self.all_failed or not self.rows else "FINISHED"
+
+    @property
+    def exit_code(self) -> int:
+        return {"FINISHED": 0, "FAILED": 1, "KILLED": 130}[self.parent_status]
 
     def verdict(self) -> str:
         counts = ", ".join(
