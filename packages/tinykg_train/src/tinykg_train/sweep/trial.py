@@ -19,6 +19,7 @@ from tinykg_train.config import TrainConfig
 from tinykg_train.run_dir import RunDir
 from tinykg_train.sweep.mlflow_runs import ERROR_TAG, STOPPED_TAG, SWEEP_TAG, TRIAL_TAG, error_line
 from tinykg_train.sweep.reporting import StoppedByScheduler, TuneReporter
+from tinykg_train.sweep.space import check_settings
 from tinykg_train.sweep.spec import resolve_model_builder
 from tinykg_train.tracking import MlflowTracker
 
@@ -51,7 +52,7 @@ class TrialSetup:
 
 def trial_label(settings: Mapping[str, Any]) -> str:
     """A short readable name from a trial's settings, e.g. "kgat-int2-lr0.001-seed0" ("fp32": 32 bits)."""
-    config = TrainConfig.from_dict({**settings, "data": settings.get("data") or "?"})
+    config = check_settings(settings, "trial")
     width = "fp32" if config.bits == 32 else f"int{config.bits}"
     return f"{config.model}-{width}-lr{config.lr:g}-seed{config.seed}"
 
