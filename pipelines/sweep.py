@@ -18,6 +18,32 @@ from pipelines._cli import run_cli
 
 AXIS_FLAGS = ("model", "bits", "lr", "seed", "embed_dim", "n_layers")
 
+# (flag, key of the sweep config it overrides, type, metavar, help); `resources.cpu` goes into
+# `resources:`. Not given (None) leaves the config's value.
+SPEC_FLAGS: list[tuple[str, str, type, str, str]] = [
+    ("--epochs", "epochs", str, "N", "epochs per trial (ASHA's maximum too)"),
+    ("--name", "name", str, "NAME", "sweep name: folder under --out and MLflow parent run name (default from the config, else 'sweep')"),
+    ("--experiment", "experiment", str, "NAME", "MLflow experiment (default from the config, else tinykg-sweep)"),
+    ("--num-samples", "num_samples", int, "N", "samples of the search space (the grid is repeated N times)"),
+    ("--max-concurrent", "max_concurrent", int, "N", "trials running at the same time (default: as many as the resources allow)"),
+    ("--cpus-per-trial", "resources.cpu", float, "N", "CPUs reserved per trial (default 1)"),
+    ("--gpus-per-trial", "resources.gpu", float, "N", "GPUs reserved per trial, fractions allowed (default 0)"),
+    ("--model-builder", "model_builder", str, "MODULE:FUNCTION", "build models with your own build_model(name, dataset, config) (default tinykg_train.models)"),
+]  # fmt: skip
+
+# (flag, type, metavar, help): where the sweep reads, tracks and runs (arguments of run_sweep).
+RUN_FLAGS: list[tuple[str, type, str, str]] = [
+    ("--tracking-uri", str, "URI", "MLflow tracking URI (default $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db)"),
+    ("--address", str, "ADDR", "Ray cluster to join (default: the job's cluster under ray job submit, else a private local Ray)"),
+    ("--num-cpus", int, "N", "CPUs of the private local Ray (default: all)"),
+    ("--num-gpus", int, "N", "GPUs of the private local Ray (default: all it sees)"),
+]  # fmt: skip
+
+
+def dest(flag: str) -> str:
+    """The argparse attribute of a flag: "--cpus-per-trial" -> "cpus_per_trial"."""
+    return flag.removeprefix("--").replace("-", "_")
+
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse that reports a bad flag in one line (exit status 2), like every other input error."""
@@ -42,15 +68,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--config", metavar="YAML", help="sweep config (see configs/sweep.yaml); flags override it"
     )
+    group = parser.add_argument_group("sweep settings (override the config)")
     for name in AXIS_FLAGS:
-        parser.add_argument(
+        group.add_argument(
             f"--{name.replace('_', '-')}",
             dest=name,
             metavar="V[,V...]",
             help=f"{name}: one value or a comma list (grid)",
         )
-    parser.add_argument("--epochs", metavar="N", help="epochs per trial (ASHA's maximum too)")
-    parser.add_argument(
+    for flag, _, kind, metavar, text in SPEC_FLAGS:
+        group.add_argument(flag, type=kind, metavar=metavar, help=text)
+    group.add_argument(
         "--set",
         dest="settings",
         action="append",
@@ -58,77 +86,26 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="fix any training setting, e.g. --set batch_size=1024 (repeatable)",
     )
-    parser.add_argument(
-        "--name",
-        help="sweep name: folder under --out and MLflow parent run name (default from the config, else 'sweep')",
-    )
-    parser.add_argument(
-        "--experiment",
-        metavar="NAME",
-        help="MLflow experiment (default from the config, else tinykg-sweep)",
-    )
-    parser.add_argument(
-        "--num-samples",
-        type=int,
-        metavar="N",
-        help="samples of the search space (the grid is repeated N times)",
-    )
-    parser.add_argument(
-        "--max-concurrent",
-        type=int,
-        metavar="N",
-        help="trials running at the same time (default: as many as the resources allow)",
-    )
-    parser.add_argument(
-        "--cpus-per-trial", type=float, metavar="N", help="CPUs reserved per trial (default 1)"
-    )
-    parser.add_argument(
-        "--gpus-per-trial",
-        type=float,
-        metavar="N",
-        help="GPUs reserved per trial, fractions allowed (default 0)",
-    )
-    parser.add_argument(
+    group.add_argument(
         "--asha",
         action=argparse.BooleanOptionalAction,
         default=None,
         help="ASHA early stopping on valid recall@20 (settings from the config's asha:, else grace 1, factor 2)",
     )
-    parser.add_argument(
-        "--model-builder",
-        metavar="MODULE:FUNCTION",
-        help="build models with your own build_model(name, dataset, config) (default tinykg_train.models)",
-    )
-    parser.add_argument(
+    group = parser.add_argument_group("where it runs")
+    group.add_argument(
         "--out",
         default="runs/sweeps",
         metavar="DIR",
         help="where sweeps are stored: DIR/<name> (default runs/sweeps)",
     )
-    parser.add_argument(
+    group.add_argument(
         "--resume",
         action="store_true",
         help="continue the interrupted sweep DIR/<name> (same options as the first time)",
     )
-    parser.add_argument(
-        "--tracking-uri",
-        metavar="URI",
-        help="MLflow tracking URI (default $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db)",
-    )
-    parser.add_argument(
-        "--address",
-        metavar="ADDR",
-        help="Ray cluster to join (default: the job's cluster under ray job submit, else a private local Ray)",
-    )
-    parser.add_argument(
-        "--num-cpus", type=int, metavar="N", help="CPUs of the private local Ray (default: all)"
-    )
-    parser.add_argument(
-        "--num-gpus",
-        type=int,
-        metavar="N",
-        help="GPUs of the private local Ray (default: all it sees)",
-    )
+    for flag, kind, metavar, text in RUN_FLAGS:
+        group.add_argument(flag, type=kind, metavar=metavar, help=text)
     return parser
 
 
@@ -142,15 +119,8 @@ def spec_from_args(args: argparse.Namespace):
         axes={name: getattr(args, name) for name in AXIS_FLAGS},
         settings=args.settings,
         top={
-            "epochs": args.epochs,
-            "name": args.name,
-            "experiment": args.experiment,
-            "num_samples": args.num_samples,
-            "max_concurrent": args.max_concurrent,
-            "resources.cpu": args.cpus_per_trial,
-            "resources.gpu": args.gpus_per_trial,
+            **{key: getattr(args, dest(flag)) for flag, key, *_ in SPEC_FLAGS},
             "asha": args.asha,
-            "model_builder": args.model_builder,
         },
     )
     return spec_from_mapping(values, source=args.config or "command line")

@@ -74,6 +74,20 @@ def test_flags_and_config_make_one_spec(tmp_path):
     assert spec.name == "mine" and spec.asha is None and spec.n_trials == 4
 
 
+def test_every_sweep_flag_reaches_its_spec_setting():
+    argv = [
+        "--epochs", "4", "--name", "n", "--experiment", "e", "--num-samples", "2",
+        "--max-concurrent", "3", "--cpus-per-trial", "2", "--gpus-per-trial", "0.5",
+        "--model-builder", "tinykg_train.models:build_model",
+    ]  # fmt: skip
+    args = build_parser().parse_args(argv)
+    spec = spec_from_args(args)
+    assert spec.train == {"epochs": 4}
+    assert (spec.name, spec.experiment, spec.num_samples, spec.max_concurrent) == ("n", "e", 2, 3)
+    assert (spec.cpus_per_trial, spec.gpus_per_trial) == (2.0, 0.5)
+    assert spec.model_builder == "tinykg_train.models:build_model"
+
+
 @pytest.fixture
 def sweep_dir(tmp_path, tiny_dataset_dir):
     """A finished-looking sweep dir (its sweep.json), for the resume checks."""
