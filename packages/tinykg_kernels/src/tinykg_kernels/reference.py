@@ -24,6 +24,8 @@ for bit given the same noise.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from tinykg_kernels.levels import interval_constants
@@ -44,8 +46,7 @@ def _next_toward(r: torch.Tensor, up: bool) -> torch.Tensor:
     away_from_zero = (r > 0) if up else (r < 0)
     stepped = torch.where(away_from_zero, bits + 1, bits - 1)
     # from +-0 the neighbour is the smallest subnormal of the sign we move towards (bits 0x0001, 0x8001)
-    tiniest = torch.tensor(0x0001 if up else -0x7FFF, dtype=torch.int16, device=r.device)
-    stepped = torch.where(r == 0, tiniest, stepped)
+    stepped = torch.where(r == 0, 0x0001 if up else -0x7FFF, stepped)
     return stepped.view(r.dtype)
 
 
@@ -67,12 +68,13 @@ def group_params(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-group (zero, scale) in `param_dtype`, directed-rounded, NaN for bad groups; and the bad mask."""
     zero = round_directed(lo, param_dtype, up=False)
-    # times float32(1 / steps) rather than / steps: one multiply, the same in both backends
-    raw = (hi - zero.float()) * torch.tensor(1.0 / steps, dtype=torch.float32, device=lo.device)
+    # times float32(1 / steps) rather than / steps: one multiply, the same in both backends (a
+    # Python scalar is cast to the float32 of the tensor it multiplies)
+    raw = (hi - zero.float()).mul_(1.0 / steps)
     raw = torch.where(raw > 0, raw.clamp_min(SMALLEST_NORMAL), torch.zeros_like(raw))
     scale = round_directed(raw, param_dtype, up=True)
     bad = ~(torch.isfinite(lo) & torch.isfinite(hi) & torch.isfinite(zero) & torch.isfinite(scale))
-    nan = torch.tensor(float("nan"), dtype=param_dtype, device=lo.device)
+    nan = float("nan")
     return torch.where(bad, nan, zero), torch.where(bad, nan, scale), bad
 
 
@@ -86,6 +88,15 @@ def grouped(x_flat: torch.Tensor, layout: GroupLayout) -> torch.Tensor:
     return x.view(layout.n_groups, layout.group_len)
 
 
+@functools.cache
+def normal_tables(group_len: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 tensors of `interval_constants(group_len)` on `device`: the 4 levels and the 3
+    inverse interval widths (built once: a fresh table per call is a host-to-device copy on CUDA)."""
+    levels, inverse_widths = interval_constants(group_len)
+    as_tensor = lambda values: torch.tensor(values, dtype=torch.float32, device=device)  # noqa: E731
+    return as_tensor(levels), as_tensor(inverse_widths)
+
+
 def encode(
     t: torch.Tensor, u: torch.Tensor | float, scheme: str, layout: GroupLayout
 ) -> torch.Tensor:
@@ -95,12 +106,11 @@ def encode(
     """
     if scheme == "uniform":
         return t.add_(u).floor_().clamp_(0, layout.max_code).to(torch.uint8)
-    levels, inverse_widths = interval_constants(layout.group_len)
+    levels, _ = interval_constants(layout.group_len)
     lower = (t >= levels[1]).to(torch.uint8) + (t >= levels[2]).to(torch.uint8)
-    level_table = torch.tensor(levels[:3], dtype=torch.float32, device=t.device)
-    width_table = torch.tensor(inverse_widths, dtype=torch.float32, device=t.device)
+    level_table, width_table = normal_tables(layout.group_len, t.device)
     index = lower.long()
-    p_up = t.sub_(level_table[index]).mul_(width_table[index])
+    p_up = t.sub_(level_table[index]).mul_(width_table[index])  # index < 3: never the top level
     return lower + (u < p_up).to(torch.uint8)
 
 
@@ -141,7 +151,6 @@ def dequantize(
     if scheme == "uniform":
         level = codes.float()
     else:
-        levels, _ = interval_constants(layout.group_len)
-        level = torch.tensor(levels, dtype=torch.float32, device=codes.device)[codes.long()]
+        level = normal_tables(layout.group_len, codes.device)[0][codes.long()]
     values = level.mul_(scale.float()[:, None]).add_(zero.float()[:, None])  # zero + level * scale
     return values.reshape(-1)[: layout.numel].to(dtype)
