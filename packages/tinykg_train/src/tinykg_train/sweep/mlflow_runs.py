@@ -79,16 +79,16 @@ def settle_children(
     """
     settled = {}
     for run in runs:
-        run_id, status = run.info.run_id, run.info.status
-        outcome = outcomes.get(run.data.tags.get(TRIAL_TAG, ""))
+        run_id, status, tags = run.info.run_id, run.info.status, run.data.tags
+        outcome = outcomes.get(tags.get(TRIAL_TAG, ""))
         state = outcome.state if outcome is not None else "unfinished"
-        if status == "FINISHED" or (status != "RUNNING" and state != "done"):
-            continue
+        if status == "FINISHED" or (status == "KILLED" and tags.get(STOPPED_TAG)):
+            continue  # closed for good: trained, or already marked stopped
         if state == "done":
-            if status == "KILLED" and run.data.tags.get(STOPPED_TAG):
-                continue
             client.set_tag(run_id, STOPPED_TAG, "asha")
             status = "KILLED"
+        elif status != "RUNNING":
+            continue  # the trial closed its run itself (a failure it recorded)
         elif state == "unfinished" and interrupted:
             status = "KILLED"
         else:
