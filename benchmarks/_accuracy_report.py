@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks._report import markdown_table
+from benchmarks._report import markdown_table, width_label
 
 GOAL_RECALL_RATIO = 0.99  # KGAT INT2 / FP32 test Recall@20
 GOAL_EPOCH_RATIO = 1.10  # INT2 / FP32 epoch seconds on the CPU
@@ -93,10 +93,6 @@ def group(runs: Sequence[Run]) -> Grid:
     return grid
 
 
-def width(bits: int) -> str:
-    return "FP32" if bits == 32 else f"INT{bits}"
-
-
 def spread(mean: float, std: float, n: int, sign: str = "") -> str:
     """`mean ± std`, or the mean alone for one seed (no spread to show)."""
     return f"{mean:{sign}.4f} ± {std:.4f}" if n > 1 else f"{mean:{sign}.4f}"
@@ -119,7 +115,7 @@ def results_table(models: dict[str, dict[int, Cell]]) -> str:
             rows.append(
                 [
                     model,
-                    width(bits),
+                    width_label(bits),
                     len(cell.runs),
                     spread(r, r_sd, len(cell.runs)),
                     spread(n, n_sd, len(cell.runs)),
@@ -245,7 +241,7 @@ def report(
         "for backward in one CF step (`activation_bytes` of metrics.json). *best epoch / run*: "
         "where the best valid Recall@20 was and how many epochs ran (means over seeds).",
         settings_table(configs),
-        *([note] if note else []),
+        note,
     ]
     tables = []
     for dataset, models in grid.items():
@@ -263,4 +259,4 @@ def report(
             "slows their epochs)."
         )
     title = f"Accuracy per bit width ({', '.join(grid)}; {device_label}) [{section}]"
-    return title, "\n\n".join(parts), "\n\n".join(tables)
+    return title, "\n\n".join(part for part in parts if part), "\n\n".join(tables)

@@ -8,6 +8,7 @@ into its output folder, to be merged back here).
 from __future__ import annotations
 
 import datetime as _dt
+import importlib.util
 import os
 import platform
 import re
@@ -30,6 +31,17 @@ def figures_dir() -> Path:
     path = Path(os.environ.get("TINYKG_FIGURES_DIR", FIGURES))
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def figures_dir_for(write: bool) -> Path | None:
+    """`figures_dir()` for a run that writes its section, None for one that does not or when
+    matplotlib is missing (said on stderr): the report then leaves its figures out."""
+    if not write:
+        return None
+    if importlib.util.find_spec("matplotlib") is None:
+        print("matplotlib is not installed: no figures", file=sys.stderr)
+        return None
+    return figures_dir()
 
 
 def machine_description() -> str:
@@ -83,11 +95,24 @@ def write_section(section: str, title: str, body: str, command: str | None = Non
         f"- date: {stamp}\n\n"
         f"{body.strip()}\n{end}"
     )
-    text = path.read_text() if path.exists() else "# Benchmarks\n\nEvery figure below was measured by the script named in its section, in one run.\n"
+    text = (
+        path.read_text()
+        if path.exists()
+        else "# Benchmarks\n\nEvery figure below was measured by the script named in its section, in one run.\n"
+    )
     pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.DOTALL)
-    text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
+    text = (
+        pattern.sub(lambda _: block, text)
+        if pattern.search(text)
+        else text.rstrip() + "\n\n" + block + "\n"
+    )
     path.write_text(text)
     return path
+
+
+def width_label(bits: int) -> str:
+    """How a report names a bit width: FP32 (uncompressed) or INT<bits>."""
+    return "FP32" if bits == 32 else f"INT{bits}"
 
 
 def markdown_table(headers: list[str], rows: list[list[object]]) -> str:

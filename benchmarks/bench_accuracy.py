@@ -19,7 +19,6 @@ it) and the memory-vs-accuracy plots to benchmarks/figures (`TINYKG_FIGURES_DIR`
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 import time
@@ -29,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._accuracy_report import Run, report
+from benchmarks._cli import add_device_options, comma_list
 from benchmarks._datasets import DatasetUnavailable, resolve_dataset
-from benchmarks._report import REPO_ROOT, figures_dir, write_section
+from benchmarks._report import REPO_ROOT, figures_dir_for, width_label, write_section
 
 DATASETS = ("lfm1m-kgat", "music-kgcn")
 MODELS = ("kgat", "kgin", "kgcn", "lightgcn", "bprmf")
@@ -56,7 +56,8 @@ class Planned:
 
 
 def width(bits: int) -> str:
-    return "fp32" if bits == 32 else f"int{bits}"
+    """The run dir's name for a bit width: fp32, int2, ..."""
+    return width_label(bits).lower()
 
 
 def plan(out: Path, datasets, models, bits_list, seeds) -> list[Planned]:
@@ -130,26 +131,6 @@ def execute(run: Planned, config, tracking_uri: str | None) -> dict:
     return train(config, tracker=tracker)
 
 
-def parse_list(kind, choices: Sequence | None = None):
-    """An argparse type for comma-separated values, checked against `choices`."""
-
-    def parse(text: str) -> list:
-        try:
-            values = [kind(v.strip()) for v in text.split(",") if v.strip()]
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected a comma-separated list (got {text!r})"
-            ) from None
-        bad = [v for v in values if choices is not None and v not in choices]
-        if bad or not values:
-            raise argparse.ArgumentTypeError(
-                f"choose from {', '.join(map(str, choices or []))} (got {text!r})"
-            )
-        return values
-
-    return parse
-
-
 def parse_setting(text: str) -> tuple[str, Any]:
     """KEY=VALUE with the value read as YAML (`lr=5e-3`, `eval_ks=[20,50]`)."""
     import yaml
@@ -167,10 +148,10 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--datasets", type=parse_list(str), default=list(DATASETS))
-    parser.add_argument("--models", type=parse_list(str, MODELS), default=list(MODELS))
-    parser.add_argument("--bits", type=parse_list(int, BITS), default=list(BITS))
-    parser.add_argument("--seeds", type=parse_list(int), default=[0, 1, 2])
+    parser.add_argument("--datasets", type=comma_list(str), default=list(DATASETS))
+    parser.add_argument("--models", type=comma_list(str, MODELS), default=list(MODELS))
+    parser.add_argument("--bits", type=comma_list(int, BITS), default=list(BITS))
+    parser.add_argument("--seeds", type=comma_list(int), default=[0, 1, 2])
     parser.add_argument("--epochs", type=int, help="epochs per run (default: the model's config)")
     parser.add_argument("--max-batches-per-epoch", type=int, help="cap the steps per phase")
     parser.add_argument(
@@ -182,12 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a TrainConfig setting for every run (e.g. lr=0.005) or, as MODEL.KEY=VALUE, for one "
         "model's runs (e.g. bprmf.epochs=100); repeatable",
     )
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    parser.add_argument(
-        "--threads",
-        type=int,
-        help="torch CPU threads (default: torch's); on a shared machine 1 avoids OpenMP barrier waits",
-    )
+    add_device_options(parser)
     parser.add_argument("--section", help="BENCHMARKS.md section (default accuracy-<device>)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "runs" / "bench_accuracy")
     parser.add_argument("--tracking-uri", help="log every run to this MLflow store (default: off)")
@@ -251,10 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("no run has finished: nothing to report (BENCHMARKS.md left as it is)")
         return 0
     section = args.section or f"accuracy-{device.type}"
-    plotting = importlib.util.find_spec("matplotlib") is not None
-    figures = None if args.no_write or not plotting else figures_dir()
-    if not args.no_write and not plotting:
-        print("matplotlib is not installed: no figures", file=sys.stderr)
+    figures = figures_dir_for(write=not args.no_write)
     title, body, table = report(results, configs, section, device, figures, args.note)
     print(table)
     if not args.no_write:

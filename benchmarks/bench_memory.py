@@ -20,7 +20,6 @@ warm-up. On the CPU the section is `memory`.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import statistics
 import sys
@@ -32,8 +31,9 @@ from pathlib import Path
 
 import torch
 
+from benchmarks._cli import add_device_options, comma_list
 from benchmarks._datasets import DatasetUnavailable, resolve_dataset
-from benchmarks._report import figures_dir, markdown_table, write_section
+from benchmarks._report import figures_dir_for, markdown_table, width_label, write_section
 
 MODELS = ("kgat", "kgin", "kgcn", "lightgcn", "bprmf")
 BITS = (32, 8, 4, 2, 1)
@@ -133,10 +133,6 @@ def measure_model(
 # -- report -----------------------------------------------------------------------------------------
 
 
-def width(bits: int) -> str:
-    return "FP32" if bits == 32 else f"INT{bits}"
-
-
 def mib(n: float) -> str:
     return f"{n / 2**20:.2f}" if n < 10 * 2**20 else f"{n / 2**20:.1f}"
 
@@ -159,7 +155,7 @@ def bytes_table(results: list[Measurement], bits_list: Sequence[int], key) -> st
             ratio = f" ({base / value:.1f}x)" if base and bits != 32 else ""
             cells.append(f"{mib(value)}{ratio}")
         rows.append([model, *cells])
-    return markdown_table(["model", *(f"{width(b)} MiB" for b in bits_list)], rows)
+    return markdown_table(["model", *(f"{width_label(b)} MiB" for b in bits_list)], rows)
 
 
 def time_table(results: list[Measurement], bits_list: Sequence[int]) -> str:
@@ -173,7 +169,7 @@ def time_table(results: list[Measurement], bits_list: Sequence[int]) -> str:
             ratio = f" ({seconds / base:.2f}x)" if base and bits != 32 else ""
             cells.append(f"{seconds * 1e3:.1f}{ratio}")
         rows.append([model, *cells])
-    return markdown_table(["model", *(f"{width(b)} ms" for b in bits_list)], rows)
+    return markdown_table(["model", *(f"{width_label(b)} ms" for b in bits_list)], rows)
 
 
 def goal_lines(results: list[Measurement]) -> list[str]:
@@ -185,7 +181,7 @@ def goal_lines(results: list[Measurement]) -> list[str]:
         ratio = row[32].activation_bytes / row[bits].activation_bytes
         verdict = "met" if ratio >= goal else "MISSED"
         lines.append(
-            f"- {model} FP32 / {width(bits)}: **{ratio:.1f}x** (goal >= {goal:g}x: {verdict})"
+            f"- {model} FP32 / {width_label(bits)}: **{ratio:.1f}x** (goal >= {goal:g}x: {verdict})"
         )
     return lines
 
@@ -212,7 +208,7 @@ def plot(
             xs,
             [key(table[m][bits]) / 2**20 for m in models],
             step,
-            label=width(bits),
+            label=width_label(bits),
             color=colors[i],
         )
     ax.set_xticks(range(len(models)), models)
@@ -281,21 +277,7 @@ def report(
     if figures is not None:
         plot(results, bits_list, key, *figure_args, figures / name)
         parts.append(f"![{what} per model and width](benchmarks/figures/{name})")
-    return section, title, "\n\n".join(parts)
-
-
-def can_plot() -> bool:
-    return importlib.util.find_spec("matplotlib") is not None
-
-
-def parse_list(text: str, choices: Sequence, kind=str) -> list:
-    values = [kind(v) for v in text.split(",") if v.strip()]
-    bad = [v for v in values if v not in choices]
-    if bad or not values:
-        raise argparse.ArgumentTypeError(
-            f"choose from {', '.join(map(str, choices))} (got {text!r})"
-        )
-    return values
+    return section, title, "\n\n".join(part for part in parts if part)  # no goal: no line
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -309,15 +291,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="lfm1m-kgat",
         help="shared dataset name or ingested dir (default lfm1m-kgat)",
     )
-    parser.add_argument("--models", type=lambda t: parse_list(t, MODELS), default=list(MODELS))
-    parser.add_argument("--bits", type=lambda t: parse_list(t, BITS, int), default=list(BITS))
+    parser.add_argument("--models", type=comma_list(str, MODELS), default=list(MODELS))
+    parser.add_argument("--bits", type=comma_list(int, BITS), default=list(BITS))
     parser.add_argument("--repeats", type=int, default=3, help="timed steps per width (default 3)")
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    parser.add_argument(
-        "--threads",
-        type=int,
-        help="torch CPU threads (default: torch's); on a shared machine 1 avoids OpenMP barrier waits",
-    )
+    add_device_options(parser)
     parser.add_argument("--no-write", action="store_true", help="print, do not edit BENCHMARKS.md")
     args = parser.parse_args(argv)
     from tinykg_train.config import TrainConfig
@@ -347,12 +324,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 else f", CUDA step peak {mib(m.cuda_step_peak_bytes)} MiB"
             )
             print(
-                f"{model} {width(m.bits)}: {mib(m.activation_bytes)} MiB held, {m.median_seconds * 1e3:.1f} ms/step{peak}",
+                f"{model} {width_label(m.bits)}: {mib(m.activation_bytes)} MiB held, {m.median_seconds * 1e3:.1f} ms/step{peak}",
                 flush=True,
             )
-    figures = None if args.no_write or not can_plot() else figures_dir()
-    if not args.no_write and figures is None:
-        print("matplotlib is not installed: no figure", file=sys.stderr)
+    figures = figures_dir_for(write=not args.no_write)
     section, title, body = report(results, bits_list, dataset, device, args.repeats, sizes, figures)
     print(body)
     if not args.no_write:

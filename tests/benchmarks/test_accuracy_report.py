@@ -4,10 +4,21 @@ times without the first epoch, and the goal verdicts, on hand-made metrics."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
+import torch
 
-from benchmarks._accuracy_report import Run, epoch_seconds, goal_lines, group, results_table
+from benchmarks._accuracy_report import (
+    Run,
+    epoch_seconds,
+    goal_lines,
+    group,
+    report,
+    results_table,
+)
+from benchmarks.bench_accuracy import Planned
+from tinykg_train.config import TrainConfig
 
 
 def metrics(recall: float, ndcg: float, seconds: list[float], held: int) -> dict:
@@ -55,3 +66,12 @@ def test_goal_verdicts(device_type: str):
     assert lines[2] == (
         "- KGAT vs BPR-MF at FP32, test Recall@20: **0.3100 vs 0.2000** (goal: KGAT higher: met)"
     )
+
+
+def test_a_report_without_goals_or_note_has_no_empty_paragraphs():
+    runs = [RUNS[4]]  # BPR-MF alone: no goal applies
+    configs = {Planned("d", "bprmf", 32, 0, Path("runs")): TrainConfig(model="bprmf")}
+    title, body, tables = report(runs, configs, "s", torch.device("cpu"), figures=None)
+    assert title == "Accuracy per bit width (d; CPU) [s]"
+    assert "| bprmf | FP32 | 1 | 0.2000 | 0.1000 |" in tables
+    assert "\n\n\n" not in body and body.count("### d") == 1

@@ -13,15 +13,6 @@ import torch
 from benchmarks.bench_accuracy import main
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One torch thread: on a shared 2-core machine two threads wait on each other at every op."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def metrics_files(out: Path) -> dict[str, dict]:
     return {
         str(p.parent.relative_to(out)): json.loads(p.read_text())
