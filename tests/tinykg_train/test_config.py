@@ -39,17 +39,27 @@ def test_yaml_with_overrides(tmp_path):
     assert (config.model, config.bits, config.eval_ks) == ("lightgcn", 2, (10, 20))
 
 
-def test_yaml_errors_name_the_file(tmp_path):
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("model: [unclosed\n")
-    with pytest.raises(ConfigError, match="bad.yaml:"):
-        TrainConfig.from_yaml(bad)
-    unknown = tmp_path / "u.yaml"
-    unknown.write_text("learning_rate: 0.1\n")
-    with pytest.raises(ConfigError, match="unknown setting"):
-        TrainConfig.from_yaml(unknown)
-    with pytest.raises(ConfigError, match="not found"):
-        TrainConfig.from_yaml(tmp_path / "missing.yaml")
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("bad.yaml", "model: [unclosed\n", "bad.yaml:"),
+        (
+            "bad.yaml",
+            "model: kgat\nbits: 2\nlr: [0.1\nepochs: 3\n",
+            r"bad.yaml:\d+: not valid YAML",
+        ),
+        ("u.yaml", "learning_rate: 0.1\n", "unknown setting"),
+        ("list.yaml", "- model\n- kgat\n", "expected a mapping of setting: value, got list"),
+        ("missing.yaml", None, "not found"),  # None: the file is never written
+    ],
+    ids=["unclosed", "names-the-line", "unknown-setting", "not-a-mapping", "missing"],
+)
+def test_bad_yaml_files_raise_one_clear_line(tmp_path, name, text, message):
+    path = tmp_path / name
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        TrainConfig.from_yaml(path)
 
 
 def test_values_are_coerced_to_the_field_types(tmp_path):
@@ -79,18 +89,7 @@ def test_wrong_types_raise_one_clear_line(override, message):
         TrainConfig(data="d").with_overrides(**override)
 
 
-def test_yaml_that_is_not_a_mapping_and_an_empty_file(tmp_path):
-    listing = tmp_path / "list.yaml"
-    listing.write_text("- model\n- kgat\n")
-    with pytest.raises(ConfigError, match="expected a mapping of setting: value, got list"):
-        TrainConfig.from_yaml(listing)
+def test_an_empty_yaml_file_is_all_defaults(tmp_path):
     empty = tmp_path / "empty.yaml"
     empty.write_text("")
     assert TrainConfig.from_yaml(empty, {"data": "d"}) == TrainConfig(data="d")
-
-
-def test_bad_yaml_names_the_line(tmp_path):
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("model: kgat\nbits: 2\nlr: [0.1\nepochs: 3\n")
-    with pytest.raises(ConfigError, match=r"bad.yaml:\d+: not valid YAML"):
-        TrainConfig.from_yaml(bad)
