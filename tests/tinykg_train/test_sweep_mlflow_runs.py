@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from tinykg_train.sweep.mlflow_runs import (
     ERROR_TAG,
     KILLED_MESSAGE,
@@ -23,11 +21,6 @@ from tinykg_train.sweep.mlflow_runs import (
 from tinykg_train.tracking import ensure_experiment
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory) -> str:
-    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
-
-
 def make_child(client, experiment_id, parent_id, trial, status):
     run = client.create_run(
         experiment_id,
@@ -38,27 +31,27 @@ def make_child(client, experiment_id, parent_id, trial, status):
     return run.info.run_id
 
 
-def test_experiment_is_created_once_with_artifacts_beside_the_database(store):
-    client = client_for(store)
-    first = ensure_experiment(client, "exp-a", store)
-    assert ensure_experiment(client, "exp-a", store) == first
+def test_experiment_is_created_once_with_artifacts_beside_the_database(mlflow_store):
+    client = client_for(mlflow_store)
+    first = ensure_experiment(client, "exp-a", mlflow_store)
+    assert ensure_experiment(client, "exp-a", mlflow_store) == first
     location = client.get_experiment(first).artifact_location
-    db_dir = Path(store.removeprefix("sqlite:///")).parent
+    db_dir = Path(mlflow_store.removeprefix("sqlite:///")).parent
     assert location.endswith(str(db_dir / "mlruns" / "exp-a"))
 
 
-def test_a_deleted_experiment_is_restored_so_runs_can_be_created_in_it(store):
-    client = client_for(store)
-    deleted = ensure_experiment(client, "exp-deleted", store)
+def test_a_deleted_experiment_is_restored_so_runs_can_be_created_in_it(mlflow_store):
+    client = client_for(mlflow_store)
+    deleted = ensure_experiment(client, "exp-deleted", mlflow_store)
     client.delete_experiment(deleted)
-    assert ensure_experiment(client, "exp-deleted", store) == deleted
+    assert ensure_experiment(client, "exp-deleted", mlflow_store) == deleted
     assert client.get_experiment(deleted).lifecycle_stage == "active"
     assert client.create_run(deleted).info.experiment_id == deleted
 
 
-def test_parent_params_and_children_of_that_parent_only(store):
-    client = client_for(store)
-    experiment_id = ensure_experiment(client, "exp-b", store)
+def test_parent_params_and_children_of_that_parent_only(mlflow_store):
+    client = client_for(mlflow_store)
+    experiment_id = ensure_experiment(client, "exp-b", mlflow_store)
     parent = start_parent_run(
         client, experiment_id, "s", {"train": {"epochs": 2}, "num_samples": 1}
     )
@@ -71,9 +64,9 @@ def test_parent_params_and_children_of_that_parent_only(store):
     assert [run.info.run_id for run in child_runs(client, experiment_id, parent)] == mine
 
 
-def test_settle_children_closes_only_running_runs(store):
-    client = client_for(store)
-    experiment_id = ensure_experiment(client, "exp-c", store)
+def test_settle_children_closes_only_running_runs(mlflow_store):
+    client = client_for(mlflow_store)
+    experiment_id = ensure_experiment(client, "exp-c", mlflow_store)
     parent = start_parent_run(client, experiment_id, "s", {})
     finished = make_child(client, experiment_id, parent, "done", "FINISHED")
     stopped = make_child(client, experiment_id, parent, "asha", "RUNNING")
@@ -105,9 +98,9 @@ def test_settle_children_closes_only_running_runs(store):
     assert settle_children(client, list(runs.values()), outcomes, interrupted=False) == {}
 
 
-def test_an_interrupted_sweep_leaves_its_unfinished_trials_killed_without_error(store):
-    client = client_for(store)
-    experiment_id = ensure_experiment(client, "exp-d", store)
+def test_an_interrupted_sweep_leaves_its_unfinished_trials_killed_without_error(mlflow_store):
+    client = client_for(mlflow_store)
+    experiment_id = ensure_experiment(client, "exp-d", mlflow_store)
     parent = start_parent_run(client, experiment_id, "s", {})
     running = make_child(client, experiment_id, parent, "t0", "RUNNING")
     died = make_child(client, experiment_id, parent, "t1", "RUNNING")

@@ -22,11 +22,6 @@ from tinykg_train.tracking import (
 from tinykg_train.trainer import train
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory) -> str:
-    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
-
-
 def finished_run_dir(path: Path, config: TrainConfig) -> RunDir:
     run = RunDir(path).create()
     write_yaml_atomic(run.config, config.to_dict())
@@ -57,17 +52,17 @@ def test_tracking_uri_defaults_to_an_absolute_sqlite_file_in_the_cwd(monkeypatch
     assert MlflowTracker().tracking_uri == "sqlite:////elsewhere/m.db"
 
 
-def test_a_run_logs_params_epochs_artifacts_tags_and_finishes(store, tmp_path):
+def test_a_run_logs_params_epochs_artifacts_tags_and_finishes(mlflow_store, tmp_path):
     config = TrainConfig(data="d", out=str(tmp_path / "run"), model="lightgcn", bits=2, seed=7,
                          eval_ks=(20, 50), extra={"alpha": 0.5})  # fmt: skip
     run_dir = finished_run_dir(tmp_path / "run", config)
-    tracker = MlflowTracker(store, experiment="unit", tags={"purpose": "test"})
+    tracker = MlflowTracker(mlflow_store, experiment="unit", tags={"purpose": "test"})
     tracker.start(config, run_dir, "cpu")
     for epoch, recall in enumerate([0.1, 0.2]):
         tracker.log_epoch(epoch, {"epoch": epoch, "train_loss": 1 - recall, "recall@20": recall})
     tracker.finish({"recall@20": 0.3, "ndcg@20": 0.2, "activation_bytes": 1234}, run_dir)
 
-    client = MlflowClient(store)
+    client = MlflowClient(mlflow_store)
     run = client.get_run(tracker.run_id)
     assert run.info.status == "FINISHED"
     assert run.data.params["bits"] == "2" and run.data.params["extra.alpha"] == "0.5"
@@ -87,35 +82,35 @@ def test_a_run_logs_params_epochs_artifacts_tags_and_finishes(store, tmp_path):
     artifacts = {a.path for a in client.list_artifacts(tracker.run_id)}
     assert artifacts == {"config.yaml", "metrics.json", "activation_memory.csv"}
     recorded = json.loads(run_dir.mlflow_run.read_text())
-    assert recorded == {"tracking_uri": store, "run_id": tracker.run_id,
+    assert recorded == {"tracking_uri": mlflow_store, "run_id": tracker.run_id,
                         "experiment_id": run.info.experiment_id}  # fmt: skip
 
 
-def test_resume_reopens_the_same_run(store, tmp_path):
+def test_resume_reopens_the_same_run(mlflow_store, tmp_path):
     config = TrainConfig(data="d", out=str(tmp_path / "run"))
     run_dir = finished_run_dir(tmp_path / "run", config)
-    first = MlflowTracker(store, experiment="unit")
+    first = MlflowTracker(mlflow_store, experiment="unit")
     first.start(config, run_dir, "cpu")
     first.log_epoch(0, {"train_loss": 0.5})
     first.fail("KILLED")
-    again = MlflowTracker(store, experiment="unit")
+    again = MlflowTracker(mlflow_store, experiment="unit")
     again.start(config.with_overrides(resume=True), run_dir, "cpu")
     again.log_epoch(1, {"train_loss": 0.4})
     again.finish({"recall@20": 0.1}, run_dir)
     assert again.run_id == first.run_id
-    client = MlflowClient(store)
+    client = MlflowClient(mlflow_store)
     run = client.get_run(again.run_id)
     assert run.info.status == "FINISHED" and run.data.tags["resumed"] == "true"
     assert [m.step for m in client.get_metric_history(again.run_id, "train_loss")] == [0, 1]
 
 
-def test_fail_marks_the_run_failed(store, tmp_path):
+def test_fail_marks_the_run_failed(mlflow_store, tmp_path):
     config = TrainConfig(data="d", out=str(tmp_path / "run"))
-    tracker = MlflowTracker(store, experiment="unit")
+    tracker = MlflowTracker(mlflow_store, experiment="unit")
     tracker.start(config, RunDir(tmp_path / "run").create(), "cpu")
     tracker.fail()
-    assert MlflowClient(store).get_run(tracker.run_id).info.status == "FAILED"
-    MlflowTracker(store).fail()  # never started: nothing to mark, no error
+    assert MlflowClient(mlflow_store).get_run(tracker.run_id).info.status == "FAILED"
+    MlflowTracker(mlflow_store).fail()  # never started: nothing to mark, no error
 
 
 def test_an_unusable_store_is_one_clear_line(tmp_path):
@@ -161,14 +156,14 @@ def crashing_builder(error: type[BaseException]):
 
 @pytest.mark.parametrize(("error", "status"), [(Crash, "FAILED"), (KeyboardInterrupt, "KILLED")])
 def test_a_training_that_raises_marks_its_run_and_reraises(
-    store, tiny_dataset_dir, tmp_path, error, status
+    mlflow_store, tiny_dataset_dir, tmp_path, error, status
 ):
     config = TrainConfig(data=str(tiny_dataset_dir), out=str(tmp_path / "run"), model="bprmf",
                          epochs=3, embed_dim=8, max_batches_per_epoch=2, device="cpu")  # fmt: skip
-    tracker = MlflowTracker(store, experiment="unit")
+    tracker = MlflowTracker(mlflow_store, experiment="unit")
     with pytest.raises(error, match="boom in epoch 1"):
         train(config, tracker=tracker, model_builder=crashing_builder(error))
-    client = MlflowClient(store)
+    client = MlflowClient(mlflow_store)
     assert client.get_run(tracker.run_id).info.status == status
     assert [m.step for m in client.get_metric_history(tracker.run_id, "train_loss")] == [0]
     assert not (tmp_path / "run" / "metrics.json").exists()
