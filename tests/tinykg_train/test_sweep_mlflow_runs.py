@@ -21,6 +21,13 @@ from tinykg_train.sweep.mlflow_runs import (
 from tinykg_train.tracking import ensure_experiment
 
 
+def new_sweep(mlflow_store: str, experiment: str, params: dict | None = None):
+    """A parent run of sweep "s" in `experiment`: (client, experiment id, parent run id)."""
+    client = client_for(mlflow_store)
+    experiment_id = ensure_experiment(client, experiment, mlflow_store)
+    return client, experiment_id, start_parent_run(client, experiment_id, "s", params or {})
+
+
 def make_child(client, experiment_id, parent_id, trial, status):
     run = client.create_run(
         experiment_id,
@@ -50,11 +57,8 @@ def test_a_deleted_experiment_is_restored_so_runs_can_be_created_in_it(mlflow_st
 
 
 def test_parent_params_and_children_of_that_parent_only(mlflow_store):
-    client = client_for(mlflow_store)
-    experiment_id = ensure_experiment(client, "exp-b", mlflow_store)
-    parent = start_parent_run(
-        client, experiment_id, "s", {"train": {"epochs": 2}, "num_samples": 1}
-    )
+    params = {"train": {"epochs": 2}, "num_samples": 1}
+    client, experiment_id, parent = new_sweep(mlflow_store, "exp-b", params)
     other = start_parent_run(client, experiment_id, "s2", {})
     parent_run = client.get_run(parent)
     assert parent_run.data.params == {"train.epochs": "2", "num_samples": "1"}
@@ -65,9 +69,7 @@ def test_parent_params_and_children_of_that_parent_only(mlflow_store):
 
 
 def test_settle_children_closes_only_running_runs(mlflow_store):
-    client = client_for(mlflow_store)
-    experiment_id = ensure_experiment(client, "exp-c", mlflow_store)
-    parent = start_parent_run(client, experiment_id, "s", {})
+    client, experiment_id, parent = new_sweep(mlflow_store, "exp-c")
     finished = make_child(client, experiment_id, parent, "done", "FINISHED")
     stopped = make_child(client, experiment_id, parent, "asha", "RUNNING")
     lost = make_child(client, experiment_id, parent, "killed", "RUNNING")
@@ -99,9 +101,7 @@ def test_settle_children_closes_only_running_runs(mlflow_store):
 
 
 def test_an_interrupted_sweep_leaves_its_unfinished_trials_killed_without_error(mlflow_store):
-    client = client_for(mlflow_store)
-    experiment_id = ensure_experiment(client, "exp-d", mlflow_store)
-    parent = start_parent_run(client, experiment_id, "s", {})
+    client, experiment_id, parent = new_sweep(mlflow_store, "exp-d")
     running = make_child(client, experiment_id, parent, "t0", "RUNNING")
     died = make_child(client, experiment_id, parent, "t1", "RUNNING")
     outcomes = {"t0": TrialOutcome("t0", "unfinished"), "t1": TrialOutcome("t1", "error", "E: x")}
