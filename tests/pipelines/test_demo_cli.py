@@ -147,12 +147,7 @@ def test_comparison_table_is_relative_to_fp32():
     ]
 
 
-def test_help_describes_the_demo():
-    result = subprocess.run(
-        [sys.executable, "-m", "pipelines.demo", "--help"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-    )
+def test_help_describes_the_demo(pipeline_help):
+    result = pipeline_help("demo")
     assert result.returncode == 0
     assert "FP32" in result.stdout and "--out" in result.stdout

@@ -4,8 +4,6 @@ Ray or MLflow work starts (whole sweeps run in tests/tinykg_train/test_sweep_dri
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,8 +12,6 @@ from pipelines._cli import run_cli
 from pipelines.sweep import build_parser, main, spec_from_args
 from tinykg_train.sweep.space import Axis
 from tinykg_train.sweep.spec import SweepSpec
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def run(argv: list[str], capsys) -> tuple[int, str]:
@@ -26,14 +22,8 @@ def run(argv: list[str], capsys) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
-def test_help_lists_the_overrides():
-    done = subprocess.run(
-        [sys.executable, "-m", "pipelines.sweep", "--help"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+def test_help_lists_the_overrides(pipeline_help):
+    done = pipeline_help("sweep")
     assert done.returncode == 0
     for flag in (
         "--bits",
