@@ -110,6 +110,16 @@ def write_section(section: str, title: str, body: str, command: str | None = Non
     return path
 
 
+def publish_section(section: str, title: str, body: str, *, write: bool) -> Path | None:
+    """The end of a benchmark run: `write_section` and a line saying where it went, or, for a
+    `--no-write` run (`write=False`), nothing (BENCHMARKS.md untouched, returns None)."""
+    if not write:
+        return None
+    path = write_section(section, title, body)
+    print(f"wrote section '{section}' of {path}")
+    return path
+
+
 def width_label(bits: int) -> str:
     """How a report names a bit width: FP32 (uncompressed) or INT<bits>."""
     return "FP32" if bits == 32 else f"INT{bits}"

@@ -30,7 +30,7 @@ from typing import Any
 from benchmarks._accuracy_report import Run, report
 from benchmarks._cli import add_device_options, comma_list
 from benchmarks._datasets import DatasetUnavailable, resolve_dataset
-from benchmarks._report import REPO_ROOT, figures_dir_for, width_label, write_section
+from benchmarks._report import REPO_ROOT, figures_dir_for, publish_section, width_label
 
 DATASETS = ("lfm1m-kgat", "music-kgcn")
 MODELS = ("kgat", "kgin", "kgcn", "lightgcn", "bprmf")
@@ -230,9 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     figures = figures_dir_for(write=not args.no_write)
     title, body, table = report(results, configs, section, device, figures, args.note)
     print(table)
-    if not args.no_write:
-        path = write_section(section, title, body)
-        print(f"wrote section '{section}' of {path}")
+    publish_section(section, title, body, write=not args.no_write)
     missing = len(runs) - len(results)
     if missing:
         print(f"{missing} of {len(runs)} runs not finished: run the same command again to continue")

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks._report import SHARED_DATA, markdown_table, write_section
+from benchmarks._report import SHARED_DATA, markdown_table, publish_section
 from tinykg_train.compress import (
     ActivationMeter,
     CompressionConfig,
@@ -276,9 +276,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         ]
     )
     print(body)
-    if not args.no_write:
-        path = write_section(SECTION, "Compressed activations (tinykg_train.compress)", body)
-        print(f"wrote section '{SECTION}' of {path}")
+    publish_section(
+        SECTION, "Compressed activations (tinykg_train.compress)", body, write=not args.no_write
+    )
     return 0
 
 

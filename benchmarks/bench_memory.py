@@ -33,7 +33,7 @@ import torch
 
 from benchmarks._cli import add_device_options, comma_list
 from benchmarks._datasets import DatasetUnavailable, resolve_dataset
-from benchmarks._report import figures_dir_for, markdown_table, width_label, write_section
+from benchmarks._report import figures_dir_for, markdown_table, publish_section, width_label
 
 MODELS = ("kgat", "kgin", "kgcn", "lightgcn", "bprmf")
 BITS = (32, 8, 4, 2, 1)
@@ -330,9 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     figures = figures_dir_for(write=not args.no_write)
     section, title, body = report(results, bits_list, dataset, device, args.repeats, sizes, figures)
     print(body)
-    if not args.no_write:
-        path = write_section(section, title, body)
-        print(f"wrote section '{section}' of {path}")
+    publish_section(section, title, body, write=not args.no_write)
     return 0
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks._report import FIGURES, SHARED_DATA, markdown_table, write_section
+from benchmarks._report import FIGURES, SHARED_DATA, markdown_table, publish_section
 
 SECTION = "sampling"
 
@@ -303,9 +303,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = "\n".join(body)
     print(text)
     print(f"\nours [{fanout_text}] without replacement: {ours_rate:,.0f} seeds/s")
-    if not args.no_write:
-        path = write_section(SECTION, "Neighbor sampling and negatives (kg_data)", text)
-        print(f"wrote section '{SECTION}' of {path}")
+    publish_section(
+        SECTION, "Neighbor sampling and negatives (kg_data)", text, write=not args.no_write
+    )
     return 0
 
 

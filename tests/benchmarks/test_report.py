@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks._report import figures_dir_for, markdown_table, write_section
+from benchmarks._report import figures_dir_for, markdown_table, publish_section, write_section
 
 
 def test_figures_go_to_the_redirected_dir_only_when_writing(
@@ -31,3 +31,15 @@ def test_a_section_is_replaced_in_place(tmp_path: Path, monkeypatch: pytest.Monk
     assert "| x | y |\n| --- | --- |\n| 1 | 2.0 |" in text
     assert text.index("<!-- begin:a -->") < text.index("<!-- begin:b -->")
     assert text.endswith("A note between sections stays.\n")
+
+
+def test_publish_section_writes_and_says_where_unless_told_not_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    md = tmp_path / "BENCHMARKS.md"
+    monkeypatch.setenv("TINYKG_BENCHMARKS_MD", str(md))
+    assert publish_section("a", "A", "body", write=False) is None
+    assert not md.exists() and capsys.readouterr().out == ""
+    assert publish_section("a", "A", "body", write=True) == md
+    assert capsys.readouterr().out == f"wrote section 'a' of {md}\n"
+    assert "<!-- begin:a -->\n## A\n" in md.read_text() and "body\n<!-- end:a -->" in md.read_text()
