@@ -18,18 +18,33 @@ def test_choice_follows_the_argument_then_the_environment(monkeypatch):
     assert dispatch.requested_backend("triton") == "triton"
     monkeypatch.setenv(dispatch.BACKEND_ENV, "gpu")
     with pytest.raises(
-        ValueError, match=r"TINYKG_KERNELS_BACKEND must be one of auto, torch, triton \(got 'gpu'\)"
+        ValueError,
+        match=r"TINYKG_KERNELS_BACKEND must be one of auto, torch, compiled, triton \(got 'gpu'\)",
     ):
         dispatch.requested_backend()
 
 
-def test_auto_keeps_cpu_tensors_on_torch_even_under_the_interpreter(monkeypatch):
+def test_auto_keeps_cpu_tensors_off_triton_even_under_the_interpreter(monkeypatch):
     monkeypatch.setattr(dispatch, "WITH_TRITON", True)
+    big = dispatch.COMPILED_MIN_NUMEL
     assert dispatch.select_backend(CPU, "auto") == "torch"
-    assert dispatch.select_backend(META, "auto") == "torch"
+    assert dispatch.select_backend(CPU, "auto", big - 1) == "torch"
+    assert dispatch.select_backend(CPU, "auto", big) == "compiled"
+    assert dispatch.select_backend(META, "auto", big) == "torch"
     assert dispatch.select_backend(CUDA, "auto") == "triton"
     monkeypatch.setattr(dispatch, "WITH_TRITON", False)  # the flag is read at call time
     assert dispatch.select_backend(CUDA, "auto") == "torch"
+
+
+def test_auto_stops_choosing_compiled_once_compiling_failed(monkeypatch):
+    monkeypatch.setattr(dispatch.compiled_ops(), "_failure", "CppCompileError: no g++")
+    assert dispatch.select_backend(CPU, "auto", dispatch.COMPILED_MIN_NUMEL) == "torch"
+
+
+def test_forced_compiled_refuses_a_cuda_tensor():
+    assert dispatch.select_backend(CPU, "compiled") == "compiled"
+    with pytest.raises(RuntimeError, match=r"backend 'compiled' runs CPU tensors \(got a cuda"):
+        dispatch.select_backend(CUDA, "compiled")
 
 
 def test_forced_triton_without_triton_says_how_to_install_it(monkeypatch):

@@ -2,7 +2,8 @@
 
 A tensor is cut into groups (rows of its last dim, or blocks of `group_size` elements); each group
 keeps a 16-bit zero point and scale and one `bits`-wide code per element, packed into bytes. The
-math is in `reference.py`; `dispatch.py` decides whether Triton or torch runs it.
+math is in `reference.py`; `dispatch.py` decides whether Triton, the torch.compile'd CPU codec
+(`compiled_ops.py`) or plain torch runs it.
 """
 
 from __future__ import annotations
@@ -188,12 +189,15 @@ def quantize(
     - `group_size=None`: one group per row of the last dim; else blocks of `group_size` consecutive
       elements of the flattened tensor (the last block may be short).
     - `stochastic=True`: unbiased stochastic rounding, `E[dequantize(quantize(x))] == x`, with noise
-      from `seed` (None draws one from torch's RNG). `False`: round to nearest, deterministic.
+      from `seed` (None draws one from torch's RNG). `False`: round to nearest, deterministic. The
+      same seed gives the same codes on the same backend; backends draw their noise differently
+      (Philox on Triton, a counter hash when compiled, `torch.rand` on the torch path).
     - `scheme="normal"` (2 bits): levels fitted to a clipped normal (lower variance on bell-shaped
       groups); `"uniform"`: evenly spaced levels.
     - `scale_dtype`: dtype of the stored scale and zero point (default: float16 for float16 inputs,
       bfloat16 otherwise; float32 costs 4 more bytes per group and keeps any constant group exact).
-    - `backend`: "auto" | "torch" | "triton" (default: `$TINYKG_KERNELS_BACKEND`, else "auto").
+    - `backend`: "auto" | "torch" | "compiled" | "triton" (default: `$TINYKG_KERNELS_BACKEND`,
+      else "auto": Triton on CUDA, compiled for CPU tensors of 65,536+ elements, else torch).
     - `check_finite`: raise ValueError on NaN/Inf (one small reduction over the scales and one
       device sync); with False such groups are stored as NaN and dequantize to NaN.
     """
@@ -201,7 +205,7 @@ def quantize(
     param_dtype = scale_dtype or default_scale_dtype(x.dtype)
     layout = GroupLayout.for_shape(tuple(x.shape), group_size, bits)
     device = x.device
-    chosen = dispatch.select_backend(device, backend)
+    chosen = dispatch.select_backend(device, backend, layout.numel)
     if stochastic and seed is None:
         seed = draw_seed()
     with torch.no_grad():
@@ -213,6 +217,10 @@ def quantize(
             flat = x.detach().reshape(-1)
             if chosen == "triton":
                 codes, scale, zero = dispatch.triton_ops().quantize(
+                    flat, layout, scheme, param_dtype, seed=seed if stochastic else None
+                )
+            elif chosen == "compiled":
+                codes, scale, zero = dispatch.compiled_ops().quantize(
                     flat, layout, scheme, param_dtype, seed=seed if stochastic else None
                 )
             else:
@@ -231,12 +239,14 @@ def dequantize(q: QuantizedTensor, backend: str | None = None) -> torch.Tensor:
     if not isinstance(q, QuantizedTensor):
         raise TypeError(f"dequantize expects a QuantizedTensor (got {type(q).__name__})")
     layout = q.layout
-    chosen = dispatch.select_backend(q.device, backend)
+    chosen = dispatch.select_backend(q.device, backend, layout.numel)
     if layout.numel == 0:
         return torch.empty(q.shape, dtype=q.dtype, device=q.device)
     with torch.no_grad():
         if chosen == "triton":
             flat = dispatch.triton_ops().dequantize(*q.tensors(), layout, q.scheme, q.dtype)
+        elif chosen == "compiled":
+            flat = dispatch.compiled_ops().dequantize(*q.tensors(), layout, q.scheme, q.dtype)
         else:
             flat = reference.dequantize(*q.tensors(), layout, q.scheme, q.dtype)
     return flat.view(q.shape)

@@ -1,12 +1,16 @@
-"""Which backend runs a call (`torch` or `triton`), decided at call time.
+"""Which backend runs a call (`torch`, `compiled` or `triton`), decided at call time.
 
 Triton is probed once at import (the PyG way: a `WITH_TRITON` flag that call sites read when they run,
 so a test can switch it off). The choice then follows `backend=` if given, else the
-`TINYKG_KERNELS_BACKEND` environment variable (`auto`, `torch` or `triton`; default `auto`):
+`TINYKG_KERNELS_BACKEND` environment variable (`auto`, `torch`, `compiled` or `triton`; default
+`auto`):
 
-- `auto`: Triton for CUDA tensors when it is importable, torch for everything else. A CPU tensor never
-  goes to Triton under `auto`, not even with `TRITON_INTERPRET=1` set (the interpreter is for tests).
+- `auto`: Triton for CUDA tensors when it is importable; for CPU tensors of at least
+  `COMPILED_MIN_NUMEL` elements the `compiled` backend (unless compiling failed in this process);
+  torch for everything else. A CPU tensor never goes to Triton under `auto`, not even with
+  `TRITON_INTERPRET=1` set (the interpreter is for tests).
 - `torch`: the pure-torch codec on any device.
+- `compiled`: the torch.compile'd codec (`compiled_ops`), CPU tensors only.
 - `triton`: CUDA tensors; CPU tensors only when the kernels were defined under the interpreter
   (`TRITON_INTERPRET=1` set before triton was first imported). Anything else raises: a CPU tensor
   must never reach a real Triton launch ("0 active drivers").
@@ -28,7 +32,10 @@ except Exception:  # ImportError, or a broken install that fails while importing
     WITH_TRITON = False
 
 BACKEND_ENV = "TINYKG_KERNELS_BACKEND"
-BACKENDS = ("auto", "torch", "triton")
+BACKENDS = ("auto", "torch", "compiled", "triton")
+# below this many elements `auto` keeps CPU tensors on the eager path: a one-off compile (seconds per
+# shape family) does not pay for tensors that take well under a millisecond to quantize eagerly
+COMPILED_MIN_NUMEL = 1 << 16
 
 
 def requested_backend(backend: str | None = None) -> str:
@@ -37,7 +44,7 @@ def requested_backend(backend: str | None = None) -> str:
     choice = choice.strip().lower() or "auto"
     if choice not in BACKENDS:
         source = "backend" if backend is not None else BACKEND_ENV
-        raise ValueError(f"{source} must be one of auto, torch, triton (got {choice!r})")
+        raise ValueError(f"{source} must be one of {', '.join(BACKENDS)} (got {choice!r})")
     return choice
 
 
@@ -46,13 +53,34 @@ def triton_ops() -> ModuleType:
     return importlib.import_module("tinykg_kernels.triton_ops")
 
 
-def select_backend(device: torch.device, backend: str | None = None) -> str:
-    """`"torch"` or `"triton"` for a tensor on `device`; raises when `triton` is forced but impossible."""
+def compiled_ops() -> ModuleType:
+    """The torch.compile'd CPU codec (imported on first use: it imports torch._dynamo)."""
+    return importlib.import_module("tinykg_kernels.compiled_ops")
+
+
+def select_backend(device: torch.device, backend: str | None = None, numel: int = 0) -> str:
+    """`"torch"`, `"compiled"` or `"triton"` for `numel` elements on `device`; raises when a backend
+    is forced but impossible."""
     choice = requested_backend(backend)
     if choice == "torch":
         return "torch"
     if choice == "auto":
-        return "triton" if WITH_TRITON and device.type == "cuda" else "torch"
+        if device.type == "cuda":
+            return "triton" if WITH_TRITON else "torch"
+        if (
+            device.type == "cpu"
+            and numel >= COMPILED_MIN_NUMEL
+            and compiled_ops().failure() is None
+        ):
+            return "compiled"
+        return "torch"
+    if choice == "compiled":
+        if device.type != "cpu":
+            raise RuntimeError(
+                f"backend 'compiled' runs CPU tensors (got a {device.type} tensor); "
+                "use backend 'auto' (Triton on CUDA) or 'torch'"
+            )
+        return "compiled"
     if not WITH_TRITON:
         raise RuntimeError(
             "backend 'triton' was requested but triton is not importable; "

@@ -1,0 +1,211 @@
+"""The `compiled` backend: the reference codec fused by torch.compile (inductor) for CPU tensors.
+
+The eager torch path makes about ten passes over a tensor (min, max, shift, scale, noise, floor,
+clamp, cast, pack) and draws its noise with `torch.rand`; on one CPU core that is ~0.6 GB/s. Here
+the same float32 steps (`reference.group_params`, the `t` of `reference.quantize`, its encoding)
+run as one vectorized C++ loop that generates `counter_noise` inline and packs the codes through
+integer words, so the result equals `reference.quantize(..., noise=counter_noise(seed))` bit for bit
+(and dequantize equals `reference.dequantize`). Inductor must keep the bfloat16/float16 roundings
+of the parameters (`emulate_precision_casts`), or the directed rounding would be optimized away.
+
+What compiles: full groups (`numel` a multiple of `group_len`) whose length is a multiple of the
+codes per byte, fewer than 2**31 elements, on a little-endian CPU. Anything else runs the same math
+eagerly. One compile per (bits, scheme, dtypes, group length): a few seconds the first time in a
+process (inductor's on-disk cache shortens it later); the number of groups is dynamic.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import types
+import warnings
+from collections.abc import Callable
+
+import torch
+
+from tinykg_kernels import reference
+from tinykg_kernels.counter_noise import MAX_NUMEL, counter_noise, seed_keys
+from tinykg_kernels.levels import interval_constants
+from tinykg_kernels.packing import GroupLayout
+
+COMPILE_OPTIONS = {"emulate_precision_casts": True}
+# packed codes read as one integer word per byte's worth of codes: code k of the word at bit 8k
+_WORD_DTYPES = {1: torch.int64, 2: torch.int32, 4: torch.int16}
+
+_failure: str | None = None  # why compiling failed in this process (then nothing compiles again)
+
+
+def compiles(layout: GroupLayout, device: torch.device) -> bool:
+    """Whether a call with this layout on this device runs compiled (else eagerly, same math)."""
+    return (
+        _failure is None
+        and device.type == "cpu"
+        and sys.byteorder == "little"
+        and layout.numel % layout.group_len == 0
+        and layout.group_len % layout.per_byte == 0
+        and layout.numel < MAX_NUMEL
+    )
+
+
+def failure() -> str | None:
+    """Why the compiled backend is off in this process (a failed compile), or None."""
+    return _failure
+
+
+# -- the fused bodies (traced by dynamo; plain torch, runnable eagerly too) -------------------------
+
+
+def _encode(t: torch.Tensor, u: torch.Tensor | float, max_code: int, constants: tuple | None):
+    """`reference.encode` without the table gathers (which do not vectorize): the normal scheme's
+    level and inverse width (`constants`: `interval_constants(group_len)`) come from comparisons,
+    the same float32 values."""
+    if constants is None:  # uniform
+        return (t + u).floor().clamp(0, max_code).to(torch.uint8)
+    levels, inverse_widths = constants
+    above_1, above_2 = t >= levels[1], t >= levels[2]
+    level = torch.where(above_2, levels[2], torch.where(above_1, levels[1], levels[0]))
+    width = torch.where(
+        above_2, inverse_widths[2], torch.where(above_1, inverse_widths[1], inverse_widths[0])
+    )
+    p_up = (t - level) * width
+    return above_1.to(torch.uint8) + above_2.to(torch.uint8) + (u < p_up).to(torch.uint8)
+
+
+def _pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
+    """`packing.pack_codes` for full groups, through integer words (contiguous, vectorizes)."""
+    if bits == 8:
+        return codes
+    per_byte, mask = 8 // bits, (1 << bits) - 1
+    words = codes.view(_WORD_DTYPES[bits])
+    packed = words & mask
+    for k in range(1, per_byte):
+        packed = packed | ((words >> (k * (8 - bits))) & (mask << (k * bits)))
+    return packed.to(torch.uint8)
+
+
+def _unpack(packed: torch.Tensor, bits: int) -> torch.Tensor:
+    """`packing.unpack_codes` for full groups: each byte spread to one code per byte of a word."""
+    if bits == 8:
+        return packed
+    per_byte, mask = 8 // bits, (1 << bits) - 1
+    words = packed.to(_WORD_DTYPES[bits])
+    spread = words & mask
+    for k in range(1, per_byte):
+        spread = spread | ((words & (mask << (k * bits))) << (k * (8 - bits)))
+    return spread.view(torch.uint8).view(packed.shape[0], -1)
+
+
+def _quantize_body(
+    scheme: str, bits: int, param_dtype: torch.dtype, stochastic: bool, group_len: int
+) -> Callable:
+    steps = (1 << bits) - 1 if scheme == "uniform" else 1
+    constants = interval_constants(group_len) if scheme == "normal" else None
+
+    def quantize_groups(x: torch.Tensor, keys: torch.Tensor):
+        n_groups, group_len = x.shape
+        x = x.float()
+        zero, scale, bad = reference.group_params(x.amin(dim=1), x.amax(dim=1), steps, param_dtype)
+        scale_f = scale.float()
+        inverse = torch.where(scale_f > 0, 1.0 / scale_f, torch.zeros_like(scale_f))
+        t = (x - zero.float()[:, None]) * inverse[:, None]
+        u = counter_noise(keys, x.numel()).view(n_groups, group_len) if stochastic else 0.5
+        codes = _encode(t, u, (1 << bits) - 1, constants)
+        return _pack(codes, bits), scale, zero, bad
+
+    return quantize_groups
+
+
+def _dequantize_body(scheme: str, bits: int, dtype: torch.dtype, group_len: int) -> Callable:
+    levels, _ = interval_constants(group_len) if scheme == "normal" else ((), ())
+
+    def dequantize_groups(packed: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor):
+        codes = _unpack(packed, bits)
+        if scheme == "uniform":
+            level = codes.float()
+        else:
+            level = torch.full(codes.shape, levels[3], dtype=torch.float32, device=codes.device)
+            for code in (2, 1, 0):
+                level = torch.where(codes == code, levels[code], level)
+        return (level * scale.float()[:, None] + zero.float()[:, None]).to(dtype)
+
+    return dequantize_groups
+
+
+# -- compiling ---------------------------------------------------------------------------------------
+
+
+def _own_code(fn: Callable, name: str) -> Callable:
+    """`fn` with a code object of its own: dynamo caches compiled graphs per code object (at most
+    `recompile_limit` of them), and each key here is a different graph."""
+    code = fn.__code__.replace(co_name=name)
+    return types.FunctionType(code, fn.__globals__, name, fn.__defaults__, fn.__closure__)
+
+
+@functools.cache
+def _compiled(kind: str, key: tuple) -> Callable:
+    """One compiled function per body `key` (which ends with the group length)."""
+    body = _quantize_body(*key) if kind == "quantize" else _dequantize_body(*key)
+    name = "_".join([kind, *(str(k).replace("torch.", "") for k in key)])
+    return torch.compile(_own_code(body, name), dynamic=False, options=COMPILE_OPTIONS)
+
+
+def _run_compiled(kind: str, key: tuple, eager: Callable, *args: torch.Tensor):
+    """The compiled `kind` for `key` on `args` (groups dynamic); on a compile failure, warn once,
+    switch the backend off for this process and run `eager`."""
+    global _failure
+    torch._dynamo.maybe_mark_dynamic(args[0], 0)
+    try:
+        return _compiled(kind, key)(*args)
+    except Exception as exc:  # no C++ compiler, an inductor bug: the eager path is the same math
+        if _failure is None:
+            _failure = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"
+            warnings.warn(
+                f"tinykg_kernels: torch.compile failed ({_failure}); the compiled CPU backend is off "
+                "in this process and the torch path runs instead (install a C++ compiler, e.g. g++, "
+                "or set TINYKG_KERNELS_BACKEND=torch to silence this)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        return eager(*args)
+
+
+# -- the backend -------------------------------------------------------------------------------------
+
+
+def quantize(
+    flat: torch.Tensor,
+    layout: GroupLayout,
+    scheme: str,
+    param_dtype: torch.dtype,
+    seed: int | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Flat tensor -> (codes, scale, zero), equal to `reference.quantize` with noise
+    `counter_noise(seed_keys(seed))` (round to nearest when `seed` is None)."""
+    keys = seed_keys(seed if seed is not None else 0)
+    if not compiles(layout, flat.device):
+        noise = counter_noise(keys, layout.numel) if seed is not None else None
+        return reference.quantize(flat, layout, scheme, param_dtype, noise)
+    x = flat.view(layout.n_groups, layout.group_len)
+    key = (scheme, layout.bits, param_dtype, seed is not None, layout.group_len)
+    eager = _quantize_body(*key)
+    codes, scale, zero, bad = _run_compiled("quantize", key, eager, x, keys)
+    if bool(bad.any()):  # NaN/Inf groups store codes 0, as in the reference
+        codes = codes.masked_fill(bad[:, None], 0)
+    return codes, scale, zero
+
+
+def dequantize(
+    codes: torch.Tensor,
+    scale: torch.Tensor,
+    zero: torch.Tensor,
+    layout: GroupLayout,
+    scheme: str,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """(codes, scale, zero) -> flat tensor of `numel` values in `dtype`, as `reference.dequantize`."""
+    if not compiles(layout, codes.device):
+        return reference.dequantize(codes, scale, zero, layout, scheme, dtype)
+    key = (scheme, layout.bits, dtype, layout.group_len)
+    values = _run_compiled("dequantize", key, _dequantize_body(*key), codes, scale, zero)
+    return values.reshape(-1)

@@ -1,0 +1,156 @@
+"""The compiled CPU backend equals the reference codec bit for bit given the same counter noise, is
+unbiased, works inside autograd's saved-tensor hooks, and falls back to the eager path (with one
+warning) when torch.compile fails."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from tinykg_kernels import compiled_ops, dequantize, dispatch, quantize, reference
+from tinykg_kernels.counter_noise import counter_noise, seed_keys
+from tinykg_kernels.packing import GroupLayout
+
+SEED = 2**62 + 4321
+
+
+def reference_parts(x: torch.Tensor, layout: GroupLayout, scheme, param_dtype, seed):
+    noise = counter_noise(seed_keys(seed), layout.numel) if seed is not None else None
+    return reference.quantize(x.reshape(-1), layout, scheme, param_dtype, noise)
+
+
+def assert_same_parts(got, expected) -> None:
+    for part, want in zip(got, expected, strict=True):
+        assert part.dtype == want.dtype and part.shape == want.shape
+        assert torch.equal(part.view(torch.uint8), want.view(torch.uint8))  # NaN bits included
+
+
+def awkward_input(shape, dtype) -> torch.Tensor:
+    """Gaussian rows plus the cases that need care: a constant row, a row holding NaN, a huge row."""
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(3)) * 2.5 + 0.75
+    x[1] = 0.3
+    x[2, 3] = float("nan")
+    x[3] *= 1e4
+    return x.to(dtype)
+
+
+CASES = [  # bits, scheme, input dtype, parameter dtype, group_size, shape
+    (2, "uniform", torch.float32, torch.bfloat16, None, (257, 64)),
+    (1, "uniform", torch.float32, torch.bfloat16, None, (100, 16)),
+    (4, "uniform", torch.float16, torch.float16, None, (64, 32)),
+    (8, "uniform", torch.float32, torch.float32, None, (33, 24)),
+    (2, "normal", torch.float32, torch.bfloat16, None, (130, 64)),
+    (2, "uniform", torch.bfloat16, torch.bfloat16, 128, (64, 40)),
+    (2, "uniform", torch.float64, torch.float32, None, (40, 8)),
+    (2, "uniform", torch.float32, torch.bfloat16, None, (20, 10)),  # 10 % 4 != 0: the eager path
+    (4, "uniform", torch.float32, torch.bfloat16, 100, (7, 30)),  # a short last group: eager
+]
+
+
+@pytest.mark.parametrize(("bits", "scheme", "dtype", "param_dtype", "group_size", "shape"), CASES)
+@pytest.mark.parametrize("seed", [SEED, None])
+def test_equals_the_reference_with_counter_noise(
+    bits, scheme, dtype, param_dtype, group_size, shape, seed
+):
+    x = awkward_input(shape, dtype)
+    layout = GroupLayout.for_shape(shape, group_size, bits)
+    got = compiled_ops.quantize(x.reshape(-1), layout, scheme, param_dtype, seed)
+    expected = reference_parts(x, layout, scheme, param_dtype, seed)
+    assert_same_parts(got, expected)
+    back = compiled_ops.dequantize(*got, layout, scheme, dtype)
+    want = reference.dequantize(*expected, layout, scheme, dtype)
+    assert back.dtype == dtype and torch.equal(back.view(torch.uint8), want.view(torch.uint8))
+
+
+def test_which_layouts_compile():
+    cpu = torch.device("cpu")
+    assert compiled_ops.compiles(GroupLayout(numel=640, group_len=64, bits=2), cpu)
+    assert not compiled_ops.compiles(GroupLayout(numel=200, group_len=10, bits=2), cpu)
+    assert not compiled_ops.compiles(GroupLayout(numel=210, group_len=100, bits=4), cpu)
+    assert not compiled_ops.compiles(GroupLayout(numel=2**31, group_len=64, bits=2), cpu)
+    assert not compiled_ops.compiles(
+        GroupLayout(numel=640, group_len=64, bits=2), torch.device("meta")
+    )
+
+
+def test_the_public_api_reaches_it_and_a_seed_reproduces_the_codes():
+    x = torch.randn(50, 64)
+    first = quantize(x, bits=2, seed=11, backend="compiled")
+    assert torch.equal(first.codes, quantize(x, bits=2, seed=11, backend="compiled").codes)
+    assert not torch.equal(first.codes, quantize(x, bits=2, seed=12, backend="compiled").codes)
+    layout = GroupLayout.for_shape(tuple(x.shape), None, 2)
+    assert_same_parts(first.tensors(), reference_parts(x, layout, "uniform", torch.bfloat16, 11))
+    assert torch.equal(dequantize(first, backend="compiled"), dequantize(first, backend="torch"))
+
+
+def test_auto_uses_it_for_large_cpu_tensors_only(monkeypatch):
+    monkeypatch.delenv(dispatch.BACKEND_ENV, raising=False)
+    calls = []
+    real = compiled_ops.quantize
+    monkeypatch.setattr(compiled_ops, "quantize", lambda *a, **k: calls.append(1) or real(*a, **k))
+    quantize(torch.randn(4, 64), seed=1)
+    assert calls == []
+    quantize(torch.randn(dispatch.COMPILED_MIN_NUMEL // 64, 64), seed=1)
+    assert calls == [1]
+
+
+@pytest.mark.parametrize("bits", [1, 2])
+def test_stochastic_rounding_is_unbiased(bits: int):
+    """The mean of many draws converges to x; round-to-nearest (the control) stays off by far more."""
+    x = torch.randn(16, 64, generator=torch.Generator().manual_seed(0))
+    draws = 600
+    total = torch.zeros_like(x)
+    for seed in range(draws):
+        total += dequantize(quantize(x, bits=bits, seed=seed, backend="compiled"), backend="torch")
+    step = (x.amax(1, keepdim=True) - x.amin(1, keepdim=True)) / (2**bits - 1)
+    error = ((total / draws - x) / step).abs()
+    # per element the mean of `draws` roundings has std <= 0.5 step / sqrt(draws) = 0.02 step
+    assert float(error.mean()) < 0.02 and float(error.max()) < 0.11
+    nearest = dequantize(quantize(x, bits=bits, stochastic=False, backend="compiled"))
+    assert float(((nearest - x) / step).abs().mean()) > 0.1
+
+
+def test_runs_inside_saved_tensor_hooks_and_gradients_follow():
+    """As `tinykg_train.compress` uses it: quantize in the pack hook, dequantize in the unpack hook."""
+    w = torch.randn(64, 64, requires_grad=True)
+    x = torch.randn(2048, 64)
+
+    def pack(t):
+        return quantize(t, bits=8, seed=5, backend="compiled") if t.numel() > 64 * 64 else t
+
+    def unpack(p):
+        return dequantize(p, backend="compiled") if not isinstance(p, torch.Tensor) else p
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+        loss = torch.relu(x @ w).pow(2).sum()
+    loss.backward()
+    plain = w.detach().requires_grad_()
+    (exact,) = torch.autograd.grad(torch.relu(x @ plain).pow(2).sum(), [plain])
+    assert 0 < float((w.grad - exact).norm() / exact.norm()) < 0.02  # rounded, and by little
+
+
+def test_a_failed_compile_warns_once_and_runs_the_same_math_eagerly(monkeypatch):
+    monkeypatch.setattr(compiled_ops, "_failure", None)
+
+    def no_compiler(*key):
+        def fail(*args):
+            raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found\nmore detail")
+
+        return fail
+
+    monkeypatch.setattr(compiled_ops, "_compiled", no_compiler)
+    x = torch.randn(64, 64)
+    layout = GroupLayout.for_shape(tuple(x.shape), None, 2)
+    with pytest.warns(RuntimeWarning, match="torch.compile failed .*No working C\\+\\+ compiler"):
+        got = compiled_ops.quantize(x.reshape(-1), layout, "uniform", torch.bfloat16, SEED)
+    assert_same_parts(got, reference_parts(x, layout, "uniform", torch.bfloat16, SEED))
+    assert (
+        compiled_ops.failure() == "RuntimeError: InvalidCxxCompiler: No working C++ compiler found"
+    )
+    assert dispatch.select_backend(torch.device("cpu"), "auto", 10**6) == "torch"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no second warning; nothing compiles any more
+        again = compiled_ops.quantize(x.reshape(-1), layout, "uniform", torch.bfloat16, SEED)
+    assert_same_parts(again, got)
