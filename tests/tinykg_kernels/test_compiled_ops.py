@@ -45,7 +45,8 @@ CASES = [  # bits, scheme, input dtype, parameter dtype, group_size, shape
     (2, "uniform", torch.bfloat16, torch.bfloat16, 128, (64, 40)),
     (2, "uniform", torch.float64, torch.float32, None, (40, 8)),
     (2, "uniform", torch.float32, torch.bfloat16, None, (20, 10)),  # 10 % 4 != 0: the eager path
-    (4, "uniform", torch.float32, torch.bfloat16, 100, (7, 30)),  # a short last group: eager
+    (4, "uniform", torch.float32, torch.bfloat16, 100, (7, 30)),  # a short last group beside
+    (2, "uniform", torch.float32, torch.bfloat16, 64, (4, 10)),  # one short group: eager
 ]
 
 
@@ -68,7 +69,8 @@ def test_which_layouts_compile():
     cpu = torch.device("cpu")
     assert compiled_ops.compiles(GroupLayout(numel=640, group_len=64, bits=2), cpu)
     assert not compiled_ops.compiles(GroupLayout(numel=200, group_len=10, bits=2), cpu)
-    assert not compiled_ops.compiles(GroupLayout(numel=210, group_len=100, bits=4), cpu)
+    assert compiled_ops.compiles(GroupLayout(numel=210, group_len=100, bits=4), cpu)
+    assert not compiled_ops.compiles(GroupLayout(numel=30, group_len=64, bits=2), cpu)
     assert not compiled_ops.compiles(GroupLayout(numel=2**31, group_len=64, bits=2), cpu)
     assert not compiled_ops.compiles(
         GroupLayout(numel=640, group_len=64, bits=2), torch.device("meta")

@@ -46,6 +46,11 @@ def test_noise_matches_the_unsigned_formula(seed: int):
     assert noise.tolist() == [reference_noise(seed, i) for i in range(300)]
 
 
+def test_a_slice_of_the_noise_starts_at_its_index():
+    keys = seed_keys(99)
+    assert torch.equal(counter_noise(keys, 50, start=1000), counter_noise(keys, 1050)[1000:])
+
+
 def lag1_correlation(u: torch.Tensor) -> float:
     a, b = u[:-1].double() - 0.5, u[1:].double() - 0.5
     return float((a * b).mean() / (a.square().mean() * b.square().mean()).sqrt())
@@ -81,3 +86,5 @@ def test_one_element_across_seeds_is_uniform():
 def test_too_many_elements_are_refused_before_any_allocation():
     with pytest.raises(ValueError, match=r"at most 2\*\*31 elements.*use the torch backend"):
         counter_noise(seed_keys(0), MAX_NUMEL + 1)
+    with pytest.raises(ValueError, match=r"at most 2\*\*31 elements"):
+        counter_noise(seed_keys(0), 2, start=MAX_NUMEL - 1)

@@ -8,9 +8,9 @@ integer words, so the result equals `reference.quantize(..., noise=counter_noise
 (and dequantize equals `reference.dequantize`). Inductor must keep the bfloat16/float16 roundings
 of the parameters (`emulate_precision_casts`), or the directed rounding would be optimized away.
 
-What compiles: full groups (`numel` a multiple of `group_len`) whose length is a multiple of the
-codes per byte, fewer than 2**31 elements, on a little-endian CPU. Anything else runs the same math
-eagerly. One compile per (bits, scheme, dtypes, group length): a few seconds the first time in a
+What compiles: groups whose length is a multiple of the codes per byte, fewer than 2**31 elements,
+on a little-endian CPU; a short last group (blocks that do not divide the tensor) runs eagerly beside
+them. Anything else runs the same math eagerly. One compile per (bits, scheme, dtypes, group length): a few seconds the first time in a
 process (inductor's on-disk cache shortens it later); the number of groups is dynamic.
 """
 
@@ -37,15 +37,24 @@ _failure: str | None = None  # why compiling failed in this process (then nothin
 
 
 def compiles(layout: GroupLayout, device: torch.device) -> bool:
-    """Whether a call with this layout on this device runs compiled (else eagerly, same math)."""
+    """Whether the full groups of a call with this layout on this device run compiled (else the
+    whole call runs eagerly, same math)."""
     return (
         _failure is None
         and device.type == "cpu"
         and sys.byteorder == "little"
-        and layout.numel % layout.group_len == 0
+        and layout.numel >= layout.group_len
         and layout.group_len % layout.per_byte == 0
         and layout.numel < MAX_NUMEL
     )
+
+
+def _split(layout: GroupLayout) -> tuple[GroupLayout, GroupLayout | None]:
+    """The full groups and the short last group (None when every group is full)."""
+    full = layout.numel // layout.group_len * layout.group_len
+    tail = layout.numel - full
+    body = GroupLayout(numel=full, group_len=layout.group_len, bits=layout.bits)
+    return body, (GroupLayout(tail, layout.group_len, layout.bits) if tail else None)
 
 
 def failure() -> str | None:
@@ -184,15 +193,34 @@ def quantize(
     `counter_noise(seed_keys(seed))` (round to nearest when `seed` is None)."""
     keys = seed_keys(seed if seed is not None else 0)
     if not compiles(layout, flat.device):
-        noise = counter_noise(keys, layout.numel) if seed is not None else None
-        return reference.quantize(flat, layout, scheme, param_dtype, noise)
-    x = flat.view(layout.n_groups, layout.group_len)
+        return _quantize_eagerly(
+            flat, layout, scheme, param_dtype, keys if seed is not None else None
+        )
+    body, tail = _split(layout)
+    x = flat[: body.numel].view(body.n_groups, body.group_len)
     key = (scheme, layout.bits, param_dtype, seed is not None, layout.group_len)
-    eager = _quantize_body(*key)
-    codes, scale, zero, bad = _run_compiled("quantize", key, eager, x, keys)
+    codes, scale, zero, bad = _run_compiled("quantize", key, _quantize_body(*key), x, keys)
     if bool(bad.any()):  # NaN/Inf groups store codes 0, as in the reference
         codes = codes.masked_fill(bad[:, None], 0)
-    return codes, scale, zero
+    if tail is None:
+        return codes, scale, zero
+    last = _quantize_eagerly(
+        flat[body.numel :],
+        tail,
+        scheme,
+        param_dtype,
+        keys if seed is not None else None,
+        body.numel,
+    )
+    return tuple(
+        torch.cat([part, end]) for part, end in zip((codes, scale, zero), last, strict=True)
+    )
+
+
+def _quantize_eagerly(flat, layout, scheme, param_dtype, keys, start: int = 0):
+    """`reference.quantize` with the counter noise of elements `start ..` (None: round to nearest)."""
+    noise = counter_noise(keys, layout.numel, start) if keys is not None else None
+    return reference.quantize(flat, layout, scheme, param_dtype, noise)
 
 
 def dequantize(
@@ -206,6 +234,12 @@ def dequantize(
     """(codes, scale, zero) -> flat tensor of `numel` values in `dtype`, as `reference.dequantize`."""
     if not compiles(layout, codes.device):
         return reference.dequantize(codes, scale, zero, layout, scheme, dtype)
+    body, tail = _split(layout)
+    n = body.n_groups
     key = (scheme, layout.bits, dtype, layout.group_len)
-    values = _run_compiled("dequantize", key, _dequantize_body(*key), codes, scale, zero)
-    return values.reshape(-1)
+    eager = _dequantize_body(*key)
+    values = _run_compiled("dequantize", key, eager, codes[:n], scale[:n], zero[:n]).reshape(-1)
+    if tail is None:
+        return values
+    last = reference.dequantize(codes[n:], scale[n:], zero[n:], tail, scheme, dtype)
+    return torch.cat([values, last])

@@ -46,13 +46,14 @@ def mix(h: torch.Tensor) -> torch.Tensor:
     return h ^ _shr(h, 16)
 
 
-def counter_noise(keys: torch.Tensor, numel: int) -> torch.Tensor:
-    """float32 noise in [0, 1) for elements `0 .. numel - 1` under `keys` (see `seed_keys`)."""
-    if numel > MAX_NUMEL:
+def counter_noise(keys: torch.Tensor, numel: int, start: int = 0) -> torch.Tensor:
+    """float32 noise in [0, 1) for elements `start .. start + numel - 1` under `keys` (see
+    `seed_keys`)."""
+    if start + numel > MAX_NUMEL:
         raise ValueError(
-            f"counter noise indexes elements with int32: at most 2**31 elements (got {numel}); "
-            "use the torch backend for larger tensors"
+            f"counter noise indexes elements with int32: at most 2**31 elements (got "
+            f"{start + numel}); use the torch backend for larger tensors"
         )
-    index = torch.arange(numel, dtype=torch.int32, device=keys.device)
+    index = torch.arange(start, start + numel, dtype=torch.int32, device=keys.device)
     h = mix(mix(index ^ keys[0]) + keys[1])
     return _shr(h, 8).float() * _INV_2_24
