@@ -3,7 +3,8 @@
     python -m benchmarks.bench_kernels              # CPU section; the CUDA section too on a GPU
     python -m benchmarks.bench_kernels --skip-cpu   # the CUDA section only
 
-- `kernels-cpu`: the torch path on `[rows, 64]` float32 per bit width: GB/s and `x.nbytes / q.nbytes`.
+- `kernels-cpu`: the torch path and the compiled codec on `[rows, 64]` float32 per bit width and
+  thread count: GB/s, each as a fraction of a copy of the same tensor, and `x.nbytes / q.nbytes`.
 - `kernels-cuda`: Triton vs torch on `[4M, 64]` float32, and each bandwidth as a fraction of a
   device-to-device copy of the same tensor timed in the same run (goal: >= 0.8 at INT2).
 
@@ -21,50 +22,47 @@ import torch
 
 from benchmarks._report import markdown_table, write_section
 from tinykg_kernels import dispatch
-from tinykg_kernels.bench import Measurement, backends_for, copy_gbps, measure
+from tinykg_kernels.bench import COPY_HEADERS, HEADERS, backends_for, copy_gbps, measure
 
 BITS = [1, 2, 4, 8]
-
-
-def rows_of(measurements: list[Measurement], copy: float | None) -> list[list[object]]:
-    rows = []
-    for m in measurements:
-        row: list[object] = [
-            m.backend,
-            m.bits,
-            "stochastic" if m.stochastic else "nearest",
-            f"{m.ratio:.2f}",
-            f"{m.quantize_gbps:.2f}",
-            f"{m.dequantize_gbps:.2f}",
-        ]
-        if copy:
-            row += [f"{m.quantize_gbps / copy:.2f}", f"{m.dequantize_gbps / copy:.2f}"]
-        rows.append(row)
-    return rows
-
-
-HEADERS = ["backend", "bits", "rounding", "x / q bytes", "quantize GB/s", "dequantize GB/s"]
 
 
 def cpu_section(rows: int, repeats: int, threads: list[int]) -> None:
     load_before = os.getloadavg()[0]
     x = torch.randn(rows, 64)
-    table_rows, int2 = [], None
+    table_rows, copies, by_key = [], [], {}
     for count in threads:
         torch.set_num_threads(count)
-        for m in (measure(x, bits, "torch", repeats) for bits in BITS):
-            table_rows.append([count, *rows_of([m], None)[0]])
-            int2 = m if m.bits == 2 else int2
+        copy = copy_gbps(x, repeats)
+        copies.append(f"{copy:.2f} GB/s with {count} thread{'s' if count > 1 else ''}")
+        for backend in backends_for(x.device):
+            for bits in BITS:
+                m = by_key[(count, backend, bits)] = measure(x, bits, backend, repeats)
+                table_rows.append([count, *m.cells(copy)])
     load_after = os.getloadavg()[0]
-    body = (
+    lines = [
         f"Input `[{rows:,}, 64]` float32 ({x.nbytes / 2**20:.0f} MiB), one group per row, 16-bit "
         f"scale and zero point; median of {repeats} runs after a warm-up, per torch thread count. "
-        f"Load average (1 min) at the start: {load_before:.2f}, at the end: {load_after:.2f} (the "
-        "machine is shared: other work on its cores slows every figure, multi-threaded runs most).\n\n"
-        + markdown_table(["threads", *HEADERS], table_rows)
-        + f"\n\n- INT2 compression: **{int2.ratio:.1f}x** (goal >= 12x on `[N, 64]` float32)."
-    )
-    write_section("kernels-cpu", "Quantize / dequantize on CPU (tinykg_kernels, torch path)", body)
+        f"A copy of the same tensor (bytes read + written): {'; '.join(copies)}. `compiled` is "
+        "the torch.compile'd codec (`auto` picks it for CPU tensors of 65,536+ elements; its first "
+        "call per shape family compiles, outside the timing). Load average (1 min) at the start: "
+        f"{load_before:.2f}, at the end: {load_after:.2f} (the machine is shared: other work on its "
+        "cores slows every figure, multi-threaded runs most).",
+        "",
+        markdown_table(["threads", *HEADERS, *COPY_HEADERS], table_rows),
+        "",
+        f"- INT2 compression: **{by_key[(threads[0], 'torch', 2)].ratio:.1f}x** (goal >= 12x on "
+        "`[N, 64]` float32).",
+    ]
+    for count in threads:
+        if (count, "compiled", 2) in by_key:
+            eager, fused = by_key[(count, "torch", 2)], by_key[(count, "compiled", 2)]
+            lines.append(
+                f"- INT2, {count} thread{'s' if count > 1 else ''}: compiled over torch path: "
+                f"quantize **{eager.quantize_s / fused.quantize_s:.1f}x**, dequantize "
+                f"**{eager.dequantize_s / fused.dequantize_s:.1f}x** faster."
+            )
+    write_section("kernels-cpu", "Quantize / dequantize on CPU (tinykg_kernels)", "\n".join(lines))
 
 
 def cuda_section(rows: int, repeats: int) -> None:
@@ -81,7 +79,7 @@ def cuda_section(rows: int, repeats: int) -> None:
         f"{torch.cuda.get_device_name(device)}; device-to-device copy of it: **{copy:.0f} GB/s** "
         f"(bytes read + written). Median of timed runs after warm-up (`triton.testing.do_bench`).",
         "",
-        markdown_table([*HEADERS, "quantize / copy", "dequantize / copy"], rows_of(results, copy)),
+        markdown_table([*HEADERS, *COPY_HEADERS], [m.cells(copy) for m in results]),
         "",
     ]
     by_key = {(m.backend, m.bits, m.stochastic): m for m in results}

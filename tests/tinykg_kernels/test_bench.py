@@ -22,8 +22,10 @@ def test_help_and_a_tiny_run():
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]
     lines = run.stdout.strip().splitlines()
-    assert lines[0].startswith("| backend | bits |") and len(lines) == 4
-    assert "| torch | 2 | 256x64 | stochastic | 12.80 |" in run.stdout
+    assert lines[0].startswith("input [256, 64] float32 on cpu; a copy of it: ")
+    assert lines[1].startswith("| backend | bits |") and len(lines) == 7  # torch, compiled x 2, 8
+    assert "| torch | 2 | stochastic | 12.80 |" in run.stdout
+    assert "| compiled | 8 | stochastic | 3.76 |" in run.stdout
 
 
 def test_bandwidth_counts_input_and_stored_bytes():
@@ -32,5 +34,6 @@ def test_bandwidth_counts_input_and_stored_bytes():
     assert m.quantize_gbps == (m.x_bytes + m.q_bytes) / m.quantize_s / 1e9
     fake = Measurement("triton", 2, (4, 64), True, 1e-6, 2e-6, 1024, 80)
     row = table([fake], copy=2.208).splitlines()[-1]
-    assert row == "| triton | 2 | 4x64 | stochastic | 12.80 | 1.10 | 0.55 | 0.50 | 0.25 |"
+    assert row == "| triton | 2 | stochastic | 12.80 | 1.10 | 0.55 | 0.50 | 0.25 |"
+    assert table([fake]).splitlines()[-1] == "| triton | 2 | stochastic | 12.80 | 1.10 | 0.55 |"
     assert copy_gbps(torch.randn(1024), repeats=1) > 0

@@ -47,6 +47,24 @@ class Measurement:
     def dequantize_gbps(self) -> float:
         return (self.x_bytes + self.q_bytes) / self.dequantize_s / GB
 
+    def cells(self, copy: float | None = None) -> list[str]:
+        """backend, bits, rounding, x / q bytes, the two GB/s and, with `copy`, their fractions."""
+        row = [
+            self.backend,
+            str(self.bits),
+            "stochastic" if self.stochastic else "nearest",
+            f"{self.ratio:.2f}",
+            f"{self.quantize_gbps:.2f}",
+            f"{self.dequantize_gbps:.2f}",
+        ]
+        if copy:
+            row += [f"{self.quantize_gbps / copy:.2f}", f"{self.dequantize_gbps / copy:.2f}"]
+        return row
+
+
+HEADERS = ["backend", "bits", "rounding", "x / q bytes", "quantize GB/s", "dequantize GB/s"]
+COPY_HEADERS = ["quantize / copy", "dequantize / copy"]
+
 
 def median_seconds(fn: Callable[[], object], device: torch.device, repeats: int) -> float:
     """Median time of `fn()` after a warm-up call, timed the right way for `device`."""
@@ -97,37 +115,18 @@ def copy_gbps(x: torch.Tensor, repeats: int) -> float:
 
 
 def backends_for(device: torch.device) -> list[str]:
-    """torch everywhere; Triton too on CUDA when it is importable."""
-    return ["torch", "triton"] if device.type == "cuda" and dispatch.WITH_TRITON else ["torch"]
+    """torch everywhere; Triton too on CUDA when it is importable; on CPU the compiled codec too
+    unless compiling failed in this process."""
+    if device.type == "cuda":
+        return ["torch", "triton"] if dispatch.WITH_TRITON else ["torch"]
+    return ["torch"] if dispatch.compiled_ops().failure() else ["torch", "compiled"]
 
 
 def table(measurements: list[Measurement], copy: float | None = None) -> str:
     """A markdown table; with `copy` (GB/s), each bandwidth also as a fraction of it."""
-    headers = [
-        "backend",
-        "bits",
-        "shape",
-        "rounding",
-        "x / q bytes",
-        "quantize GB/s",
-        "dequantize GB/s",
-    ]
-    if copy:
-        headers += ["quantize / copy", "dequantize / copy"]
+    headers = [*HEADERS, *(COPY_HEADERS if copy else [])]
     lines = ["| " + " | ".join(headers) + " |", "|" + " --- |" * len(headers)]
-    for m in measurements:
-        row = [
-            m.backend,
-            str(m.bits),
-            "x".join(map(str, m.shape)),
-            "stochastic" if m.stochastic else "nearest",
-            f"{m.ratio:.2f}",
-            f"{m.quantize_gbps:.2f}",
-            f"{m.dequantize_gbps:.2f}",
-        ]
-        if copy:
-            row += [f"{m.quantize_gbps / copy:.2f}", f"{m.dequantize_gbps / copy:.2f}"]
-        lines.append("| " + " | ".join(row) + " |")
+    lines += ["| " + " | ".join(m.cells(copy)) + " |" for m in measurements]
     return "\n".join(lines)
 
 
@@ -143,7 +142,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bits", type=int, nargs="+", default=[1, 2, 4, 8], choices=[1, 2, 4, 8])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument(
-        "--backends", nargs="+", choices=["torch", "triton"], help="default: all usable"
+        "--backends",
+        nargs="+",
+        choices=["torch", "compiled", "triton"],
+        help="default: all usable on the device",
     )
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per figure (median)")
     args = parser.parse_args(argv)
@@ -154,10 +156,9 @@ def main(argv: list[str] | None = None) -> None:
         for backend in args.backends or backends_for(device)
         for bits in args.bits
     ]
-    copy = copy_gbps(x, args.repeats) if device.type == "cuda" else None
+    copy = copy_gbps(x, args.repeats)
+    print(f"input [{args.rows}, {args.cols}] float32 on {device}; a copy of it: {copy:.1f} GB/s")
     print(table(results, copy))
-    if copy:
-        print(f"\ndevice-to-device copy: {copy:.1f} GB/s ({torch.cuda.get_device_name(device)})")
 
 
 if __name__ == "__main__":
