@@ -159,11 +159,13 @@ def _compiled(kind: str, key: tuple) -> Callable:
     return torch.compile(_own_code(body, name), dynamic=False, options=COMPILE_OPTIONS)
 
 
-def _run_compiled(kind: str, key: tuple, eager: Callable, *args: torch.Tensor):
-    """The compiled `kind` for `key` on `args` (groups dynamic); on a compile failure, warn once,
+def _run_compiled(kind: str, key: tuple, eager: Callable, *args: torch.Tensor, per_group: int):
+    """The compiled `kind` for `key` on `args`, whose first `per_group` have one row per group (a
+    dynamic size: any number of groups runs the same graph); on a compile failure, warn once,
     switch the backend off for this process and run `eager`."""
     global _failure
-    torch._dynamo.maybe_mark_dynamic(args[0], 0)
+    for arg in args[:per_group]:
+        torch._dynamo.maybe_mark_dynamic(arg, 0)
     try:
         return _compiled(kind, key)(*args)
     except Exception as exc:  # no C++ compiler, an inductor bug: the eager path is the same math
@@ -199,7 +201,9 @@ def quantize(
     body, tail = _split(layout)
     x = flat[: body.numel].view(body.n_groups, body.group_len)
     key = (scheme, layout.bits, param_dtype, seed is not None, layout.group_len)
-    codes, scale, zero, bad = _run_compiled("quantize", key, _quantize_body(*key), x, keys)
+    codes, scale, zero, bad = _run_compiled(
+        "quantize", key, _quantize_body(*key), x, keys, per_group=1
+    )
     if bool(bad.any()):  # NaN/Inf groups store codes 0, as in the reference
         codes = codes.masked_fill(bad[:, None], 0)
     if tail is None:
@@ -238,7 +242,8 @@ def dequantize(
     n = body.n_groups
     key = (scheme, layout.bits, dtype, layout.group_len)
     eager = _dequantize_body(*key)
-    values = _run_compiled("dequantize", key, eager, codes[:n], scale[:n], zero[:n]).reshape(-1)
+    values = _run_compiled("dequantize", key, eager, codes[:n], scale[:n], zero[:n], per_group=3)
+    values = values.reshape(-1)
     if tail is None:
         return values
     last = reference.dequantize(codes[n:], scale[n:], zero[n:], tail, scheme, dtype)
