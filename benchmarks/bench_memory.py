@@ -34,6 +34,7 @@ import torch
 from benchmarks._cli import add_device_options, comma_list
 from benchmarks._datasets import DatasetUnavailable, resolve_dataset
 from benchmarks._report import figures_dir_for, markdown_table, publish_section, width_label
+from tinykg_kernels import dispatch
 
 MODELS = ("kgat", "kgin", "kgcn", "lightgcn", "bprmf")
 BITS = (32, 8, 4, 2, 1)
@@ -271,8 +272,10 @@ def report(
             time_table(results, bits_list),
             f"CPU threads: {torch.get_num_threads()}; load average (1 min) at the end: "
             f"{os.getloadavg()[0]:.2f} (other work on the shared cores slows every figure; the "
-            "ratios compare steps taken side by side). On the CPU, quantizing and dequantizing run "
-            "as torch ops; on CUDA the Triton kernels run them.",
+            "ratios compare steps taken side by side). Quantizing and dequantizing run on the "
+            f"`{dispatch.requested_backend()}` backend of tinykg_kernels (`auto`: the compiled "
+            "codec for CPU tensors of 65,536+ elements, the torch path for smaller ones, Triton on "
+            "CUDA); the compiling happens in the warm-up step, outside the timing.",
         ]
     if figures is not None:
         plot(results, bits_list, key, *figure_args, figures / name)
