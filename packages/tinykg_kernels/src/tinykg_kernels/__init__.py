@@ -5,9 +5,11 @@ Standalone: depends on torch only (Triton optional, used for CUDA tensors).
     from tinykg_kernels import quantize, dequantize
     q = quantize(x, bits=2)          # unbiased stochastic rounding, one group per row
     x_hat = dequantize(q)            # same shape and dtype; q.nbytes is what it costs to keep
+    packed = pack_bits(x > 0)        # a bool mask at one bit per element; unpack_bits(packed, shape)
 """
 
 from tinykg_kernels.api import QuantizedMeta, QuantizedTensor, dequantize, quantize
+from tinykg_kernels.bitmask import pack_bits, unpack_bits
 from tinykg_kernels.dispatch import BACKEND_ENV, WITH_TRITON
 from tinykg_kernels.projection import project, unproject
 
@@ -20,7 +22,9 @@ __all__ = [
     "QuantizedTensor",
     "__version__",
     "dequantize",
+    "pack_bits",
     "project",
     "quantize",
+    "unpack_bits",
     "unproject",
 ]

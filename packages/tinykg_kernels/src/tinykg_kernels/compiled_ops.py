@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import torch
 
-from tinykg_kernels import reference
+from tinykg_kernels import bitmask, reference
 from tinykg_kernels.counter_noise import MAX_NUMEL, counter_noise, seed_keys
 from tinykg_kernels.levels import interval_constants
 from tinykg_kernels.packing import GroupLayout
@@ -93,10 +93,19 @@ def _pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
     return packed.to(torch.uint8)
 
 
+def _spread_nibble(nibble: torch.Tensor) -> torch.Tensor:
+    """4 bits -> an int32 word holding one bit per byte."""
+    return (nibble & 1) | ((nibble & 2) << 7) | ((nibble & 4) << 14) | ((nibble & 8) << 21)
+
+
 def _unpack(packed: torch.Tensor, bits: int) -> torch.Tensor:
     """`packing.unpack_codes` for full groups: each byte spread to one code per byte of a word."""
     if bits == 8:
         return packed
+    if bits == 1:  # two int32 words per byte (int64 arithmetic does not vectorize here)
+        byte = packed.to(torch.int32)
+        words = torch.stack([_spread_nibble(byte & 15), _spread_nibble(byte >> 4)], dim=-1)
+        return words.view(torch.uint8).view(packed.shape[0], -1)
     per_byte, mask = 8 // bits, (1 << bits) - 1
     words = packed.to(_WORD_DTYPES[bits])
     spread = words & mask
@@ -141,6 +150,28 @@ def _dequantize_body(scheme: str, bits: int, dtype: torch.dtype, group_len: int)
     return dequantize_groups
 
 
+def _pack_bits_body() -> Callable:
+    def pack_mask(mask: torch.Tensor) -> torch.Tensor:  # bool [8k] -> uint8 [k]
+        return _pack(mask.view(torch.uint8), 1)
+
+    return pack_mask
+
+
+def _unpack_bits_body() -> Callable:
+    def unpack_mask(packed: torch.Tensor) -> torch.Tensor:  # uint8 [k] -> bool [8k]
+        return _unpack(packed, 1).reshape(-1).view(torch.bool)  # codes are 0 or 1
+
+    return unpack_mask
+
+
+_BODIES = {
+    "quantize": _quantize_body,
+    "dequantize": _dequantize_body,
+    "pack_bits": _pack_bits_body,
+    "unpack_bits": _unpack_bits_body,
+}
+
+
 # -- compiling ---------------------------------------------------------------------------------------
 
 
@@ -153,8 +184,8 @@ def _own_code(fn: Callable, name: str) -> Callable:
 
 @functools.cache
 def _compiled(kind: str, key: tuple) -> Callable:
-    """One compiled function per body `key` (which ends with the group length)."""
-    body = _quantize_body(*key) if kind == "quantize" else _dequantize_body(*key)
+    """One compiled function per body `kind` and `key` (the codec's ends with the group length)."""
+    body = _BODIES[kind](*key)
     name = "_".join([kind, *(str(k).replace("torch.", "") for k in key)])
     return torch.compile(_own_code(body, name), dynamic=False, options=COMPILE_OPTIONS)
 
@@ -248,3 +279,23 @@ def dequantize(
         return values
     last = reference.dequantize(codes[n:], scale[n:], zero[n:], tail, scheme, dtype)
     return torch.cat([values, last])
+
+
+def pack_bits(flat: torch.Tensor) -> torch.Tensor:
+    """`bitmask.pack_bits` of a flat bool CPU tensor: whole bytes compiled, a last partial byte
+    eagerly."""
+    whole = flat.numel() // 8 * 8
+    if _failure is not None or whole == 0:
+        return bitmask.pack_bits_eagerly(flat)
+    packed = _run_compiled("pack_bits", (), _pack_bits_body(), flat[:whole], per_group=1)
+    if whole == flat.numel():
+        return packed
+    return torch.cat([packed, bitmask.pack_bits_eagerly(flat[whole:])])
+
+
+def unpack_bits(packed: torch.Tensor, numel: int) -> torch.Tensor:
+    """`bitmask.unpack_bits` to a flat bool CPU tensor of `numel` elements."""
+    if _failure is not None or numel < 8:
+        return bitmask.unpack_bits_eagerly(packed, numel)
+    mask = _run_compiled("unpack_bits", (), _unpack_bits_body(), packed, per_group=1)
+    return mask[:numel]

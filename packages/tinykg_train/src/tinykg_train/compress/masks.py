@@ -1,7 +1,7 @@
 """1-bit packed boolean masks (ReLU/LeakyReLU signs, dropout keeps, bool tensors autograd saves).
 
-A bool tensor costs one byte per element in torch; packed, eight elements share a byte. Pure torch
-(bit shifts on uint8), so it runs wherever the tensor lives.
+A bool tensor costs one byte per element in torch; packed, eight elements share a byte. The packing
+is `tinykg_kernels.pack_bits` (the compiled codec for large CPU masks, torch ops elsewhere).
 """
 
 from __future__ import annotations
@@ -10,30 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-_BIT_WEIGHTS = (1, 2, 4, 8, 16, 32, 64, 128)
-
-
-def _weights(device: torch.device) -> torch.Tensor:
-    return torch.tensor(_BIT_WEIGHTS, dtype=torch.uint8, device=device)
-
-
-def pack_bits(mask: torch.Tensor) -> torch.Tensor:
-    """Flatten `mask` (bool) and pack it, 8 elements per uint8, least significant bit first."""
-    flat = mask.reshape(-1)
-    pad = (-flat.numel()) % 8
-    if pad:
-        flat = torch.cat([flat, flat.new_zeros(pad)])
-    groups = flat.view(-1, 8).to(torch.uint8)
-    return (groups * _weights(mask.device)).sum(dim=1, dtype=torch.uint8)
-
-
-def unpack_bits(packed: torch.Tensor, shape: torch.Size | tuple[int, ...]) -> torch.Tensor:
-    """The bool tensor of `shape` that `pack_bits` packed."""
-    numel = 1
-    for size in shape:
-        numel *= size
-    bits = packed.unsqueeze(1).bitwise_and(_weights(packed.device)).ne(0)
-    return bits.reshape(-1)[:numel].reshape(shape)
+from tinykg_kernels import pack_bits, unpack_bits
 
 
 @dataclass(frozen=True)
