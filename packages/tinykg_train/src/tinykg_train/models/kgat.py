@@ -205,13 +205,14 @@ class KGAT(EmbeddingRecommender):
     def project(self, nodes: torch.Tensor, relation: torch.Tensor) -> torch.Tensor:
         """`W_r e_node` for nodes `[k, n]` whose column j goes with relation[j]: `[k, n, rel_dim]`."""
         order, counts = sort_by_relation(relation, self.num_relations)
-        sorted_nodes = nodes[:, order]
-        pieces = []
-        for rel, block in enumerate(sorted_nodes.split(counts, dim=1)):
-            if block.shape[1] == 0:
-                continue
-            vectors = self.node_embedding.index_select(0, block.reshape(-1))
-            projected = ops.linear(vectors, self.transfer[rel].T, config=self.compression)
-            pieces.append(projected.view(block.shape[0], block.shape[1], -1))
+        blocks = nodes[:, order].split(counts, dim=1)  # [k, count] node ids per relation
+        ids = torch.cat([block.reshape(-1) for block in blocks])
+        rows = [block.numel() for block in blocks]
+        vectors = self.node_embedding.index_select(0, ids)
+        projected = ops.grouped_linear(vectors, self.transfer, rows, config=self.compression)
+        pieces = [
+            part.view(*block.shape, self.transfer.shape[2])
+            for part, block in zip(projected.split(rows), blocks, strict=True)
+        ]
         out = torch.cat(pieces, dim=1)
         return out.index_select(1, torch.argsort(order))

@@ -1,13 +1,14 @@
 """Autograd ops with an exact forward that save compressed activations for backward.
 
 Every op takes `config=` (a `CompressionConfig`). With `config.bits == 32` the elementwise ops,
-`linear`, `embedding` and `l2_normalize` are the plain torch ops; `spmm` and `edge_softmax` (which
+`linear`, `grouped_linear`, `embedding` and `l2_normalize` are the plain torch ops; `spmm` and `edge_softmax` (which
 torch lacks) are Functions that save the minimum their gradients need, uncompressed.
 """
 
 from tinykg_train.compress.ops.activations import dropout, leaky_relu, relu
 from tinykg_train.compress.ops.elementwise import mul
 from tinykg_train.compress.ops.embedding import embedding
+from tinykg_train.compress.ops.grouped_linear import grouped_linear
 from tinykg_train.compress.ops.linear import linear
 from tinykg_train.compress.ops.message_passing import spmm
 from tinykg_train.compress.ops.normalize import l2_normalize
@@ -17,6 +18,7 @@ __all__ = [
     "dropout",
     "edge_softmax",
     "embedding",
+    "grouped_linear",
     "l2_normalize",
     "leaky_relu",
     "linear",
