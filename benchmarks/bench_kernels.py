@@ -46,7 +46,7 @@ def cpu_section(rows: int, repeats: int, threads: list[int]) -> None:
         f"A copy of the same tensor into a preallocated one (bytes read + written): "
         f"{'; '.join(copies)}; quantize and dequantize allocate their outputs, whose first touch "
         "costs page faults a copy does not pay. `compiled` is "
-        "the torch.compile'd codec (`auto` picks it for CPU tensors of 16,384+ elements; its first "
+        "the torch.compile'd codec (`auto` picks it for CPU tensors of 4,096+ elements; its first "
         "call per shape family compiles, outside the timing). Load average (1 min) at the start: "
         f"{load_before:.2f}, at the end: {load_after:.2f} (the machine is shared: other work on its "
         "cores slows every figure, multi-threaded runs most).",

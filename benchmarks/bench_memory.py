@@ -274,7 +274,7 @@ def report(
             f"{os.getloadavg()[0]:.2f} (other work on the shared cores slows every figure; the "
             "ratios compare steps taken side by side). Quantizing and dequantizing run on the "
             f"`{dispatch.requested_backend()}` backend of tinykg_kernels (`auto`: the compiled "
-            "codec for CPU tensors of 16,384+ elements, the torch path for smaller ones, Triton on "
+            "codec for CPU tensors of 4,096+ elements, the torch path for smaller ones, Triton on "
             "CUDA); the compiling happens in the warm-up step, outside the timing.",
         ]
     if figures is not None:

@@ -197,7 +197,7 @@ def quantize(
     - `scale_dtype`: dtype of the stored scale and zero point (default: float16 for float16 inputs,
       bfloat16 otherwise; float32 costs 4 more bytes per group and keeps any constant group exact).
     - `backend`: "auto" | "torch" | "compiled" | "triton" (default: `$TINYKG_KERNELS_BACKEND`,
-      else "auto": Triton on CUDA, compiled for CPU tensors of 16,384+ elements, else torch).
+      else "auto": Triton on CUDA, compiled for CPU tensors of 4,096+ elements, else torch).
     - `check_finite`: raise ValueError on NaN/Inf (one small reduction over the scales and one
       device sync); with False such groups are stored as NaN and dequantize to NaN.
     """

@@ -3,7 +3,7 @@
 A bool tensor costs one byte per element in torch; packed, eight elements share a byte: the mask is
 flattened (row-major) and element `i` sits in byte `i // 8` at bit `i % 8`, least significant bit
 first (the layout of 1-bit codes in `packing.py`). Like `quantize`, the backend is chosen per call:
-`auto` packs CPU masks of 16,384+ elements with the compiled codec and everything else with the
+`auto` packs CPU masks of 4,096+ elements with the compiled codec and everything else with the
 torch ops below (which run on any device).
 """
 

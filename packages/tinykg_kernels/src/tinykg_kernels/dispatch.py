@@ -34,9 +34,10 @@ except Exception:  # ImportError, or a broken install that fails while importing
 BACKEND_ENV = "TINYKG_KERNELS_BACKEND"
 BACKENDS = ("auto", "torch", "compiled", "triton")
 # below this many elements `auto` keeps CPU tensors on the eager path: a one-off compile (seconds per
-# shape family) does not pay for tensors that take a quarter of a millisecond to quantize eagerly
-# (from [256, 64] float32 up, the compiled call is faster: 87 vs 240 us on one core)
-COMPILED_MIN_NUMEL = 1 << 14
+# shape family) does not pay for tensors that take a fraction of a millisecond to quantize eagerly
+# (from [64, 64] float32 up the compiled quantize is faster: 72 vs 182 us on one core; KGIN's
+# [120, 120] distance matrices, compressed 600 times an epoch on music-kgcn, are above it)
+COMPILED_MIN_NUMEL = 1 << 12
 
 
 def requested_backend(backend: str | None = None) -> str:
