@@ -78,7 +78,8 @@ def _encode(t: torch.Tensor, u: torch.Tensor | float, max_code: int, constants: 
         above_2, inverse_widths[2], torch.where(above_1, inverse_widths[1], inverse_widths[0])
     )
     p_up = (t - level) * width
-    return above_1.to(torch.uint8) + above_2.to(torch.uint8) + (u < p_up).to(torch.uint8)
+    # counted in float32 (exact for 0..3): bool-to-uint8 sums do not vectorize
+    return (above_1.float() + above_2.float() + (u < p_up).float()).to(torch.uint8)
 
 
 def _pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
@@ -142,9 +143,11 @@ def _dequantize_body(scheme: str, bits: int, dtype: torch.dtype, group_len: int)
         if scheme == "uniform":
             level = codes.float()
         else:
-            level = torch.full(codes.shape, levels[3], dtype=torch.float32, device=codes.device)
-            for code in (2, 1, 0):
-                level = torch.where(codes == code, levels[code], level)
+            # the table as float comparisons (a select of the same float32 constants; byte
+            # comparisons and gathers do not vectorize)
+            code = codes.float()
+            low = torch.where(code < 0.5, levels[0], levels[1])
+            level = torch.where(code < 1.5, low, torch.where(code < 2.5, levels[2], levels[3]))
         return (level * scale.float()[:, None] + zero.float()[:, None]).to(dtype)
 
     return dequantize_groups
