@@ -29,7 +29,7 @@ SETTINGS: dict[str, list[tuple[str, str, str, str]]] = {
     "compression": [
         ("--bits", "bits", "B", "bits per saved activation: 1, 2, 4, 8, or 32 = uncompressed"),
         ("--group-size", "group_size", "G", "elements per quantization group"),
-        ("--scheme", "scheme", "NAME", "quantization grid: uniform or normal"),
+        ("--scheme", "scheme", "NAME", "quantization levels: auto (default: normal at 2 bits, else uniform), uniform or normal"),
     ],
     "optimization": [
         ("--lr", "lr", "LR", "Adam learning rate"),

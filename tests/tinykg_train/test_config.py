@@ -93,3 +93,12 @@ def test_an_empty_yaml_file_is_all_defaults(tmp_path):
     empty = tmp_path / "empty.yaml"
     empty.write_text("")
     assert TrainConfig.from_yaml(empty, {"data": "d"}) == TrainConfig(data="d")
+
+
+def test_quantization_levels_default_to_auto_and_the_choices_are_checked():
+    assert TrainConfig(model="kgat").scheme == "auto"  # normal levels at 2 bits, uniform otherwise
+    assert TrainConfig(model="kgat", scheme="uniform").scheme == "uniform"
+    with pytest.raises(
+        ConfigError, match=r"'scheme' must be one of uniform, normal, auto \(got 'gauss'\)"
+    ):
+        TrainConfig(model="kgat", scheme="gauss")

@@ -1,8 +1,10 @@
 import dataclasses
 
 import pytest
+import torch
 
 from tinykg_train.compress import CompressionConfig
+from tinykg_train.compress.codec import compress
 from tinykg_train.errors import ConfigError
 
 
@@ -50,3 +52,19 @@ def test_groups_keep_scale_and_zero_within_a_quarter_of_the_codes(bits, least):
     assert config.min_group_numel == least
     assert least * bits >= 4 * 32
     assert config.group_for((10, 64)) == (None if least <= 64 else 128)
+
+
+def test_auto_levels_are_normal_at_2_bits_and_uniform_otherwise():
+    assert CompressionConfig(bits=2, scheme="auto").levels == "normal"
+    assert [CompressionConfig(bits=b, scheme="auto").levels for b in (1, 4, 8, 32)] == [
+        "uniform"
+    ] * 4
+    assert CompressionConfig(bits=2).levels == "uniform"  # the library default stays uniform
+    assert CompressionConfig(bits=2, scheme="normal").levels == "normal"
+
+
+def test_auto_levels_reach_the_kernels():
+    x = torch.randn(64, 64)
+    stored = compress(x, CompressionConfig(bits=2, scheme="auto"))
+    assert stored.quantized.scheme == "normal"
+    assert compress(x, CompressionConfig(bits=4, scheme="auto")).quantized.scheme == "uniform"

@@ -18,7 +18,7 @@ from tinykg_train.errors import ConfigError
 MODELS = ("kgat", "kgin", "kgcn", "lightgcn", "bprmf")
 BITS = (1, 2, 4, 8, 32)
 DEVICES = ("auto", "cpu", "cuda")
-SCHEMES = ("uniform", "normal")
+SCHEMES = ("uniform", "normal", "auto")
 
 INT_FIELDS = frozenset(
     {
@@ -39,7 +39,7 @@ class TrainConfig:
     model: str = "kgat"
     bits: int = 32
     group_size: int | None = None
-    scheme: str = "uniform"
+    scheme: str = "auto"  # normal levels at 2 bits, uniform otherwise
     epochs: int = 20
     seed: int = 0
     lr: float = 1e-3

@@ -100,7 +100,7 @@ def _compress(
         group_size=config.group_for(tuple(values.shape)),
         stochastic=config.stochastic,
         seed=None,
-        scheme=config.scheme,
+        scheme=config.levels,
         # no device sync per saved tensor: a NaN activation still shows as a NaN loss, which the
         # trainer reports as divergence
         check_finite=False,
