@@ -13,9 +13,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from tinykg_train.compress.codec import compress
 from tinykg_train.compress.config import CompressionConfig
-from tinykg_train.compress.saving import apply_compressed, load, save
+from tinykg_train.compress.ops.linear import save_linear_inputs
+from tinykg_train.compress.saving import apply_compressed, load
 
 
 def _per_group(x: torch.Tensor, weight: torch.Tensor, counts: list[int]) -> torch.Tensor:
@@ -34,12 +34,7 @@ class GroupedLinear(torch.autograd.Function):
         counts: list[int],
         config: CompressionConfig,
     ) -> torch.Tensor:
-        x_needs, weight_needs = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        save(
-            ctx,
-            compress(x, config, project=True) if weight_needs else None,
-            weight if x_needs else None,
-        )
+        save_linear_inputs(ctx, x, weight, config)
         ctx.counts = counts
         return _per_group(x, weight, counts)
 

@@ -12,6 +12,19 @@ from tinykg_train.compress.config import CompressionConfig
 from tinykg_train.compress.saving import apply_compressed, load, save
 
 
+def save_linear_inputs(
+    ctx: Any, x: torch.Tensor, weight: torch.Tensor, config: CompressionConfig
+) -> None:
+    """What a linear map's backward needs: its input (compressed, projected per `config`) for the
+    weight gradient, its weight for the input gradient; each only when that gradient is wanted."""
+    x_needs, weight_needs = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    save(
+        ctx,
+        compress(x, config, project=True) if weight_needs else None,
+        weight if x_needs else None,
+    )
+
+
 class CompressedLinear(torch.autograd.Function):
     """Exact forward; saves the compressed input (for the weight gradient) and the weight."""
 
@@ -23,12 +36,7 @@ class CompressedLinear(torch.autograd.Function):
         bias: torch.Tensor | None,
         config: CompressionConfig,
     ) -> torch.Tensor:
-        x_needs, weight_needs = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        save(
-            ctx,
-            compress(x, config, project=True) if weight_needs else None,
-            weight if x_needs else None,
-        )
+        save_linear_inputs(ctx, x, weight, config)
         ctx.has_bias = bias is not None
         return F.linear(x, weight, bias)
 
