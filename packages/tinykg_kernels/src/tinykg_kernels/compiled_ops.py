@@ -10,8 +10,9 @@ of the parameters (`emulate_precision_casts`), or the directed rounding would be
 
 What compiles: groups whose length is a multiple of the codes per byte, fewer than 2**31 elements,
 on a little-endian CPU; a short last group (blocks that do not divide the tensor) runs eagerly beside
-them. Anything else runs the same math eagerly. One compile per (bits, scheme, dtypes, group length): a few seconds the first time in a
-process (inductor's on-disk cache shortens it later); the number of groups is dynamic.
+them. Anything else runs the same math eagerly. One compile per (bits, scheme, dtypes, group
+length): a few seconds the first time in a process (inductor's on-disk cache shortens it later);
+the number of groups is dynamic.
 """
 
 from __future__ import annotations
@@ -121,14 +122,13 @@ def _quantize_body(
     steps = (1 << bits) - 1 if scheme == "uniform" else 1
     constants = interval_constants(group_len) if scheme == "normal" else None
 
-    def quantize_groups(x: torch.Tensor, keys: torch.Tensor):
-        n_groups, group_len = x.shape
+    def quantize_groups(x: torch.Tensor, keys: torch.Tensor):  # x: [groups, group_len]
         x = x.float()
         zero, scale, bad = reference.group_params(x.amin(dim=1), x.amax(dim=1), steps, param_dtype)
         scale_f = scale.float()
         inverse = torch.where(scale_f > 0, 1.0 / scale_f, torch.zeros_like(scale_f))
         t = (x - zero.float()[:, None]) * inverse[:, None]
-        u = counter_noise(keys, x.numel()).view(n_groups, group_len) if stochastic else 0.5
+        u = counter_noise(keys, x.numel()).view(x.shape) if stochastic else 0.5
         codes = _encode(t, u, (1 << bits) - 1, constants)
         return _pack(codes, bits), scale, zero, bad
 
@@ -227,14 +227,16 @@ def quantize(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Flat tensor -> (codes, scale, zero), equal to `reference.quantize` with noise
     `counter_noise(seed_keys(seed))` (round to nearest when `seed` is None)."""
-    keys = seed_keys(seed if seed is not None else 0)
+    stochastic = seed is not None
+    keys = seed_keys(
+        seed if stochastic else 0
+    )  # the compiled body ignores them when not stochastic
+    noise_keys = keys if stochastic else None
     if not compiles(layout, flat.device):
-        return _quantize_eagerly(
-            flat, layout, scheme, param_dtype, keys if seed is not None else None
-        )
+        return _quantize_eagerly(flat, layout, scheme, param_dtype, noise_keys)
     body, tail = _split(layout)
     x = flat[: body.numel].view(body.n_groups, body.group_len)
-    key = (scheme, layout.bits, param_dtype, seed is not None, layout.group_len)
+    key = (scheme, layout.bits, param_dtype, stochastic, layout.group_len)
     codes, scale, zero, bad = _run_compiled(
         "quantize", key, _quantize_body(*key), x, keys, per_group=1
     )
@@ -242,14 +244,7 @@ def quantize(
         codes = codes.masked_fill(bad[:, None], 0)
     if tail is None:
         return codes, scale, zero
-    last = _quantize_eagerly(
-        flat[body.numel :],
-        tail,
-        scheme,
-        param_dtype,
-        keys if seed is not None else None,
-        body.numel,
-    )
+    last = _quantize_eagerly(flat[body.numel :], tail, scheme, param_dtype, noise_keys, body.numel)
     return tuple(
         torch.cat([part, end]) for part, end in zip((codes, scale, zero), last, strict=True)
     )
