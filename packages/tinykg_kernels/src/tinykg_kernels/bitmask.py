@@ -9,6 +9,7 @@ torch ops below (which run on any device).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -18,7 +19,10 @@ from tinykg_kernels import dispatch
 _BIT_WEIGHTS = (1, 2, 4, 8, 16, 32, 64, 128)
 
 
+@functools.cache
 def _weights(device: torch.device) -> torch.Tensor:
+    """The bit weights on `device`, built once (a fresh tensor per mask is a host-to-device copy on
+    CUDA, as `reference.normal_tables` avoids for the level tables)."""
     return torch.tensor(_BIT_WEIGHTS, dtype=torch.uint8, device=device)
 
 
