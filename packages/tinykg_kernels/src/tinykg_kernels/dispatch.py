@@ -56,7 +56,8 @@ def triton_ops() -> ModuleType:
 
 
 def compiled_ops() -> ModuleType:
-    """The torch.compile'd CPU codec (imported on first use: it imports torch._dynamo)."""
+    """The torch.compile'd CPU codec (imported on first use: it imports `bitmask`, which imports
+    this module)."""
     return importlib.import_module("tinykg_kernels.compiled_ops")
 
 
