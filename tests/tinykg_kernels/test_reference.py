@@ -40,6 +40,18 @@ def test_directed_rounding_is_the_tightest_bound_on_the_right_side(dtype, up):
         assert (beyond > v.double()).all()
 
 
+@pytest.mark.parametrize("up", [False, True])
+def test_bfloat16_rounding_on_the_bits_equals_the_conversion_route(up):
+    specials = torch.tensor([float("nan"), float("inf"), float("-inf")])
+    largest = torch.tensor([0x7F7FFFFF, -1, 0x7F7F0001, 0x0000FFFF], dtype=torch.int32)
+    v = torch.cat([awkward_floats(), specials, largest.view(torch.float32)])
+    got = reference.round_directed(v, torch.bfloat16, up=up)
+    want = reference.round_directed_by_conversion(v, torch.bfloat16, up=up)
+    finite = torch.isfinite(want) | torch.isinf(want)
+    assert torch.equal(got[finite].view(torch.int16), want[finite].view(torch.int16))
+    assert torch.equal(got.isnan(), want.isnan())
+
+
 def test_directed_rounding_keeps_nan_and_infinities_and_float32():
     v = torch.tensor([float("nan"), float("inf"), float("-inf"), 0.1])
     down = reference.round_directed(v, torch.bfloat16, up=False)

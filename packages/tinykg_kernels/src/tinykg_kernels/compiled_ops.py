@@ -240,8 +240,10 @@ def quantize(
     codes, scale, zero, bad = _run_compiled(
         "quantize", key, _quantize_body(*key), x, keys, per_group=1
     )
-    if bool(bad.any()):  # NaN/Inf groups store codes 0, as in the reference
+    if bool(bad.any()):  # NaN/Inf groups store codes 0 and NaN parameters, as in the reference
         codes = codes.masked_fill(bad[:, None], 0)
+        # the reference's NaN bits (a vectorized float32-to-bfloat16 conversion writes others)
+        scale, zero = scale.masked_fill(bad, float("nan")), zero.masked_fill(bad, float("nan"))
     if tail is None:
         return codes, scale, zero
     last = _quantize_eagerly(flat[body.numel :], tail, scheme, param_dtype, noise_keys, body.numel)
