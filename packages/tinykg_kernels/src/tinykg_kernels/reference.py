@@ -84,10 +84,11 @@ def _round_directed_bfloat16_bits(v: torch.Tensor, up: bool) -> torch.Tensor:
     bits = v.view(torch.int32)
     towards_zero = bits & _BFLOAT16_KEPT
     away_from_zero = (bits + _BFLOAT16_DROPPED) & _BFLOAT16_KEPT
-    negative = bits < 0
-    rounded = torch.where(negative, towards_zero, away_from_zero) if up else torch.where(
-        negative, away_from_zero, towards_zero
+    # up: positives move away from zero, negatives towards it; down: the other way round
+    positive_way, negative_way = (
+        (away_from_zero, towards_zero) if up else (towards_zero, away_from_zero)
     )
+    rounded = torch.where(bits < 0, negative_way, positive_way)
     return torch.where(torch.isnan(v), v, rounded.view(torch.float32))
 
 
