@@ -26,6 +26,7 @@ def test_defaults_mean_no_compression_and_the_config_is_frozen():
         ({"bits": 4, "scheme": "normal"}, "scheme 'normal' has 2-bit levels only"),
         ({"projection_ratio": 1.0}, "'projection_ratio' needs to be > 1"),
         ({"min_numel": -1}, "'min_numel' needs to be an integer >= 0"),
+        ({"score_bits": 3}, "'score_bits' must be one of 1, 2, 4, 8, 32"),
     ],
 )
 def test_invalid_settings_raise_one_line_config_errors(kwargs, message):
@@ -68,3 +69,15 @@ def test_auto_levels_reach_the_kernels():
     stored = compress(x, CompressionConfig(bits=2, scheme="auto"))
     assert stored.quantized.scheme == "normal"
     assert compress(x, CompressionConfig(bits=4, scheme="auto")).quantized.scheme == "uniform"
+
+
+def test_scored_embeddings_are_raised_to_score_bits_and_never_lowered():
+    config = CompressionConfig(bits=2, scheme="normal", group_size=128)
+    scores = config.for_scores()
+    assert (scores.bits, scores.levels, scores.group_size) == (8, "uniform", 128)
+    assert CompressionConfig(bits=2, score_bits=2).for_scores() == CompressionConfig(
+        bits=2, score_bits=2
+    )
+    assert CompressionConfig(bits=8, score_bits=4).for_scores().bits == 8
+    assert not CompressionConfig(bits=2, score_bits=32).for_scores().enabled
+    assert CompressionConfig().for_scores() == CompressionConfig()  # FP32 stays FP32

@@ -115,7 +115,9 @@ def test_int2_holds_far_fewer_activation_bytes(name, tiny_dataset, make_config):
     held = {}
     for bits in (32, 2):
         torch.manual_seed(0)
-        model = build_model(name, tiny_dataset, make_config(model=name, bits=bits))
+        # score_bits=2: every activation at 2 bits (BPR-MF saves nothing but its scored embeddings)
+        config = make_config(model=name, bits=bits, score_bits=2)
+        model = build_model(name, tiny_dataset, config)
         with compress_saved_tensors(model.compression), ActivationMeter(model) as meter:
             loss = model.loss(*first_batch(tiny_dataset, 256))  # held: the graph stays alive
         held[bits] = meter.total_bytes

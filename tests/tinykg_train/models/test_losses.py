@@ -29,3 +29,28 @@ def test_dot_scores_forward_is_exact_under_compression():
     with compress_saved_tensors(config):
         compressed = dot_scores(a, b, config=config)
     assert torch.equal(compressed, (a * b).sum(-1))
+
+
+def dot_scores_gradient(config: CompressionConfig, seed: int) -> torch.Tensor:
+    """d/da of sum(dot_scores(a, b)) (= b as saved) inside an INT2 `compress_saved_tensors`."""
+    torch.manual_seed(seed)
+    a = torch.randn(256, 64, requires_grad=True)
+    b = torch.randn(256, 64)
+    with compress_saved_tensors(CompressionConfig(bits=2)):
+        dot_scores(a, b, config=config).sum().backward()
+    return a.grad - b
+
+
+def test_scored_embeddings_are_saved_at_score_bits():
+    errors = {
+        score_bits: dot_scores_gradient(CompressionConfig(bits=2, score_bits=score_bits), 0)
+        .abs()
+        .max()
+        for score_bits in (2, 8)
+    }
+    # 2 bits: errors up to a level spacing (about a third of the row range); 8 bits: 1/255 of it
+    assert errors[2] > 0.5 and errors[8] < 0.05
+    # exact: past the INT2 hooks too (a plain product there would be saved at 2 bits)
+    assert torch.equal(
+        dot_scores_gradient(CompressionConfig(bits=2, score_bits=32), 0), torch.zeros(256, 64)
+    )

@@ -6,7 +6,7 @@ no global setting. `bits=32` means no compression: every op is then the plain to
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tinykg_train.errors import ConfigError
 
@@ -25,6 +25,12 @@ DEFAULT_BLOCK_SIZE = 256
 # time (a [N, 64] activation: one scale per row at 2 bits, per two rows at 1 bit).
 GROUP_CODE_BITS = 128
 
+# The final embeddings whose dot products are the BPR scores are stored at least this wide: every
+# gradient of a step starts from them, so their rounding noise reaches every parameter (KGAT on
+# music-kgcn: INT2 / FP32 Recall@20 0.973 with them at 2 bits, see BENCHMARKS.md), and they are a
+# small share of the bytes (KGAT: 12.9x -> 11.5x less than FP32 at INT2).
+DEFAULT_SCORE_BITS = 8
+
 
 @dataclass(frozen=True)
 class CompressionConfig:
@@ -39,6 +45,8 @@ class CompressionConfig:
       train KGAT on music-kgcn to 0.983 of FP32 Recall@20 against 0.942 uniform, same bytes).
     - `projection_ratio`: if set (r > 1), linear layers save a random projection of their input to
       `ceil(in_features / r)` columns before quantizing (EXACT's D/R); the gradient stays unbiased.
+    - `score_bits`: the least width of the final embeddings the loss's dot-product scores read
+      (`for_scores`); 32 keeps them exact. Only ops given `for_scores()` use it.
     - `min_numel`: tensors with fewer elements are saved as they are.
     - `stochastic`: stochastic rounding (unbiased gradients); False rounds to nearest, which is
       biased (an ablation and the control of the unbiasedness tests).
@@ -50,6 +58,7 @@ class CompressionConfig:
     projection_ratio: float | None = None
     min_numel: int = DEFAULT_MIN_NUMEL
     stochastic: bool = True
+    score_bits: int = DEFAULT_SCORE_BITS
 
     def __post_init__(self) -> None:
         if self.bits not in BITS:
@@ -63,6 +72,11 @@ class CompressionConfig:
         ):
             raise ConfigError(
                 f"'group_size' needs to be a positive integer or None (got {self.group_size!r})"
+            )
+        if self.score_bits not in BITS:
+            raise ConfigError(
+                f"'score_bits' must be one of {', '.join(map(str, BITS))} (got {self.score_bits!r}); "
+                "32 keeps the scored embeddings exact"
             )
         if self.scheme not in SCHEMES:
             raise ConfigError(f"'scheme' must be one of {', '.join(SCHEMES)} (got {self.scheme!r})")
@@ -87,6 +101,14 @@ class CompressionConfig:
         if self.scheme != "auto":
             return self.scheme
         return "normal" if self.bits == 2 else "uniform"
+
+    def for_scores(self) -> CompressionConfig:
+        """The config for the embeddings a loss scores: `bits` raised to `score_bits` (an explicit
+        "normal" scheme, which has 2-bit levels only, becomes "auto"); itself when that is no wider."""
+        if not self.enabled or self.bits >= self.score_bits:
+            return self
+        scheme = "auto" if self.scheme == "normal" else self.scheme
+        return replace(self, bits=self.score_bits, scheme=scheme)
 
     @property
     def enabled(self) -> bool:

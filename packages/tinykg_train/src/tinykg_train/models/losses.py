@@ -11,8 +11,13 @@ from tinykg_train.compress import CompressionConfig, ops, uncompressed
 
 
 def dot_scores(a: torch.Tensor, b: torch.Tensor, *, config: CompressionConfig) -> torch.Tensor:
-    """Row-wise dot products `(a * b).sum(-1)`, the product saved compressed for backward."""
-    return ops.mul(a, b, config=config).sum(dim=-1)
+    """Row-wise dot products `(a * b).sum(-1)`, the factors saved per `config.for_scores()` (at
+    least `score_bits` wide: every gradient of the step starts from them)."""
+    scores_config = config.for_scores()
+    if not scores_config.enabled:
+        with uncompressed():  # also past the hooks of an INT2 `compress_saved_tensors`
+            return (a * b).sum(dim=-1)
+    return ops.mul(a, b, config=scores_config).sum(dim=-1)
 
 
 def bpr_loss(
