@@ -30,6 +30,7 @@ SETTINGS: dict[str, list[tuple[str, str, str, str]]] = {
         ("--bits", "bits", "B", "bits per saved activation: 1, 2, 4, 8, or 32 = uncompressed"),
         ("--group-size", "group_size", "G", "elements per quantization group"),
         ("--scheme", "scheme", "NAME", "quantization levels: auto (default: normal at 2 bits, else uniform), uniform or normal"),
+        ("--score-bits", "score_bits", "B", "least bits of the final embeddings the BPR scores read (default 8; 32 = exact)"),
     ],
     "optimization": [
         ("--lr", "lr", "LR", "Adam learning rate"),

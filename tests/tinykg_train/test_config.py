@@ -102,3 +102,15 @@ def test_quantization_levels_default_to_auto_and_the_choices_are_checked():
         ConfigError, match=r"'scheme' must be one of uniform, normal, auto \(got 'gauss'\)"
     ):
         TrainConfig(model="kgat", scheme="gauss")
+
+
+def test_score_bits_default_to_the_compression_default_and_reach_the_compression_config():
+    from tinykg_train.compress.config import DEFAULT_SCORE_BITS
+
+    assert TrainConfig(model="kgat").score_bits == DEFAULT_SCORE_BITS
+    config = TrainConfig(model="kgat", bits=2, group_size=128, scheme="uniform", score_bits=32)
+    compression = config.compression_config()
+    assert (compression.bits, compression.group_size, compression.scheme) == (2, 128, "uniform")
+    assert compression.score_bits == 32
+    with pytest.raises(ConfigError, match=r"'score_bits' must be one of 1, 2, 4, 8, 32 \(got 3\)"):
+        TrainConfig(model="kgat", score_bits=3)

@@ -11,9 +11,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinykg_train.errors import ConfigError
+
+if TYPE_CHECKING:
+    from tinykg_train.compress import CompressionConfig
 
 MODELS = ("kgat", "kgin", "kgcn", "lightgcn", "bprmf")
 BITS = (1, 2, 4, 8, 32)
@@ -22,7 +25,7 @@ SCHEMES = ("uniform", "normal", "auto")
 
 INT_FIELDS = frozenset(
     {
-        "bits", "epochs", "seed", "batch_size", "kg_batch_size", "embed_dim", "n_layers",
+        "bits", "score_bits", "epochs", "seed", "batch_size", "kg_batch_size", "embed_dim", "n_layers",
         "kg_neighbors", "n_intents", "eval_every", "eval_batch_users", "patience",
     }
 )  # fmt: skip
@@ -40,6 +43,9 @@ class TrainConfig:
     bits: int = 32
     group_size: int | None = None
     scheme: str = "auto"  # normal levels at 2 bits, uniform otherwise
+    # the least width of the embeddings the BPR scores read (CompressionConfig.score_bits; this
+    # module stays free of torch, so the default is repeated: a test checks they agree)
+    score_bits: int = 8
     epochs: int = 20
     seed: int = 0
     lr: float = 1e-3
@@ -73,6 +79,11 @@ class TrainConfig:
         if self.bits not in BITS:
             raise ConfigError(
                 f"'bits' must be one of {', '.join(map(str, BITS))} (got {self.bits}); 32 means no compression"
+            )
+        if self.score_bits not in BITS:
+            raise ConfigError(
+                f"'score_bits' must be one of {', '.join(map(str, BITS))} (got {self.score_bits}); "
+                "32 keeps the scored embeddings exact"
             )
         if self.scheme not in SCHEMES:
             raise ConfigError(f"'scheme' must be one of {', '.join(SCHEMES)} (got {self.scheme!r})")
@@ -137,6 +148,17 @@ class TrainConfig:
     @property
     def compressed(self) -> bool:
         return self.bits != 32
+
+    def compression_config(self) -> CompressionConfig:
+        """How the activations of this run are saved (imported here: it pulls in torch)."""
+        from tinykg_train.compress import CompressionConfig
+
+        return CompressionConfig(
+            bits=self.bits,
+            group_size=self.group_size,
+            scheme=self.scheme,
+            score_bits=self.score_bits,
+        )
 
 
 def read_yaml_mapping(path: str | Path) -> dict[str, Any]:

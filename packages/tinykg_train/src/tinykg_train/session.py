@@ -92,7 +92,6 @@ def open_session(
     """Check the inputs, build model/optimizer/batches/evaluator, and restore the checkpoint when
     resuming. Writes nothing."""
     from kg_data import BPRBatches, KGBatches, KGDataset
-    from tinykg_train.compress import CompressionConfig
 
     if not config.data:
         raise ConfigError("no dataset given: pass --data DIR (a dir written by pipelines.ingest)")
@@ -119,9 +118,7 @@ def open_session(
         if model.has_kg_phase
         else None,
         evaluator=RankingEvaluator(dataset, evaluation_ks(config), config.eval_batch_users, device),
-        compression=CompressionConfig(
-            bits=config.bits, group_size=config.group_size, scheme=config.scheme
-        ),
+        compression=config.compression_config(),
         state=TrainingState(),
     )
     if checkpoint is not None:

@@ -41,9 +41,7 @@ class Recommender(nn.Module):
         self.embed_dim = int(config.embed_dim)
         self.l2 = float(config.l2)
         self.dropout = float(config.dropout)
-        self.compression = CompressionConfig(
-            bits=config.bits, group_size=config.group_size, scheme=config.scheme
-        )
+        self.compression = config.compression_config()
         self.extra = self.read_extra(config.extra)
 
     @classmethod
