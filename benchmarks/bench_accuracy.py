@@ -38,6 +38,8 @@ BITS = (32, 8, 4, 2, 1)
 CONFIGS = REPO_ROOT / "configs"
 # Settings that may differ between a finished run and this invocation without making it stale.
 IGNORED_SETTINGS = frozenset({"out", "data", "device", "resume", "eval_batch_users"})
+# Settings an uncompressed (FP32) run never reads: its finished runs serve any of their values.
+COMPRESSION_SETTINGS = frozenset({"group_size", "scheme", "score_bits"})
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,8 @@ def finished(run: Planned, config) -> dict | None:
         return None
     metrics = json.loads(metrics_path.read_text())
     saved, wanted = metrics.get("config", {}), config.to_dict()
-    changed = sorted(k for k in wanted if k not in IGNORED_SETTINGS and saved.get(k) != wanted[k])
+    ignored = IGNORED_SETTINGS | (COMPRESSION_SETTINGS if config.bits == 32 else frozenset())
+    changed = sorted(k for k in wanted if k not in ignored and saved.get(k) != wanted[k])
     if changed:
         details = ", ".join(f"{k}: {saved.get(k)!r} -> {wanted[k]!r}" for k in changed)
         raise StaleRun(

@@ -73,6 +73,11 @@ def test_matrix_trains_reports_resumes_and_refuses_stale_runs(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "lr: 0.001 -> 0.01" in err and "another --out" in err
 
+    # A compression setting only makes the compressed runs stale: FP32 runs never read it.
+    assert main([*argv[:-2], "--out", str(out), "--set", "score_bits=32"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "/int2/" in err and "score_bits: 8 -> 32" in err
+
 
 def test_a_spent_budget_starts_nothing_and_leaves_the_report_alone(
     tiny_dataset_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
