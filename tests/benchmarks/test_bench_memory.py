@@ -34,7 +34,10 @@ def test_bytes_held_are_the_trainers_activation_bytes(tiny_dataset_dir: Path, tm
         assert measured.by_module == metrics["activation_bytes_by_module"]
         assert len(measured.step_seconds) == 1 and measured.median_seconds > 0
     fp32, int2 = results
-    assert fp32.activation_bytes / int2.activation_bytes > 8
+    # the propagation layers at 2 bits; the root's scored embeddings at score_bits = 8, which on
+    # this tiny graph are most of the bytes
+    assert all(fp32.by_module[name] / int2.by_module[name] > 8 for name in fp32.by_module if name)
+    assert fp32.activation_bytes / int2.activation_bytes > 4
 
 
 def test_goal_lines_give_the_verdict():
