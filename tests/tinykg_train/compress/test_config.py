@@ -27,6 +27,7 @@ def test_defaults_mean_no_compression_and_the_config_is_frozen():
         ({"projection_ratio": 1.0}, "'projection_ratio' needs to be > 1"),
         ({"min_numel": -1}, "'min_numel' needs to be an integer >= 0"),
         ({"score_bits": 3}, "'score_bits' must be one of 1, 2, 4, 8, 32"),
+        ({"normalize_bits": 5}, "'normalize_bits' must be one of 1, 2, 4, 8, 32"),
     ],
 )
 def test_invalid_settings_raise_one_line_config_errors(kwargs, message):
@@ -81,3 +82,10 @@ def test_scored_embeddings_are_raised_to_score_bits_and_never_lowered():
     assert CompressionConfig(bits=8, score_bits=4).for_scores().bits == 8
     assert not CompressionConfig(bits=2, score_bits=32).for_scores().enabled
     assert CompressionConfig().for_scores() == CompressionConfig()  # FP32 stays FP32
+
+
+def test_normalized_outputs_are_raised_to_normalize_bits():
+    assert CompressionConfig(bits=2).for_normalized().bits == 4
+    assert CompressionConfig(bits=2, normalize_bits=2).for_normalized().bits == 2
+    assert CompressionConfig(bits=8).for_normalized().bits == 8
+    assert not CompressionConfig(bits=1, normalize_bits=32).for_normalized().enabled

@@ -56,7 +56,7 @@ def test_gradient_at_2_bits_averages_towards_exact_and_round_to_nearest_does_not
     (exact,) = grad_tools.gradients(lambda x: F.normalize(x, dim=-1), (x,), probe)
     gains = {}
     for stochastic in (True, False):
-        config = CompressionConfig(bits=2, stochastic=stochastic)
+        config = CompressionConfig(bits=2, stochastic=stochastic, normalize_bits=2)
         op = lambda x, c=config: l2_normalize(x, config=c)  # noqa: E731
         samples = [s[0] for s in grad_tools.draws(op, (x,), probe, range(64))]
         single = sum(grad_tools.relative_error(s, exact) for s in samples) / len(samples)
@@ -67,8 +67,27 @@ def test_gradient_at_2_bits_averages_towards_exact_and_round_to_nearest_does_not
 
 def test_saves_compressed_output_and_exact_norms():
     x = make_rows()
-    with ActivationMeter() as meter:
-        out = l2_normalize(x, config=CompressionConfig(bits=2))
+    held = {}
+    for normalize_bits in (2, 4):
+        with ActivationMeter() as meter:
+            out = l2_normalize(x, config=CompressionConfig(bits=2, normalize_bits=normalize_bits))
+        held[normalize_bits] = meter.total_bytes
     norms = 120 * 4
-    assert norms < meter.total_bytes < norms + x.numel() * 4 / 8
+    assert norms < held[2] < norms + x.numel() * 4 / 8
+    # the default: the output at 4 bits, half a byte a value
+    assert held[2] + x.numel() / 4 <= held[4] < norms + x.numel() * 4 / 4
     assert out.requires_grad
+
+
+def test_the_output_saved_at_4_bits_by_default_cuts_the_gradient_error(grad_tools):
+    x = make_rows(zero_row=False)
+    probe = torch.randn(120, 40, generator=torch.Generator().manual_seed(1))
+    (exact,) = grad_tools.gradients(lambda x: F.normalize(x, dim=-1), (x,), probe)
+    errors = {}
+    for config in (CompressionConfig(bits=2, normalize_bits=2), CompressionConfig(bits=2)):
+        op = lambda x, c=config: l2_normalize(x, config=c)  # noqa: E731
+        samples = [s[0] for s in grad_tools.draws(op, (x,), probe, range(8))]
+        errors[config.normalize_bits] = sum(
+            grad_tools.relative_error(s, exact) for s in samples
+        ) / len(samples)
+    assert errors[4] < 0.35 * errors[2], errors

@@ -25,11 +25,15 @@ DEFAULT_BLOCK_SIZE = 256
 # time (a [N, 64] activation: one scale per row at 2 bits, per two rows at 1 bit).
 GROUP_CODE_BITS = 128
 
-# The final embeddings whose dot products are the BPR scores are stored at least this wide: every
-# gradient of a step starts from them, so their rounding noise reaches every parameter (KGAT on
-# music-kgcn: INT2 / FP32 Recall@20 0.973 with them at 2 bits, see BENCHMARKS.md), and they are a
-# small share of the bytes (KGAT: 12.9x -> 11.5x less than FP32 at INT2).
+# Two kinds of saved tensors get more bits than `bits` by default: at 2 bits they are where most of
+# a KGAT step's gradient error comes from (music-kgcn, one CF step, gradient error relative to the
+# exact gradient: 0.37 with everything at 2 bits, 0.22 with the scored embeddings at 8, 0.04 with the
+# L2-normalized outputs at 4 as well), and they are a small share of the bytes.
+# - The final embeddings whose dot products are the BPR scores: every gradient of a step starts from
+#   them (KGAT, ten seeds: INT2 / FP32 Recall@20 0.973 -> 0.984).
+# - The outputs an L2 normalization saves: its backward is quadratic in them.
 DEFAULT_SCORE_BITS = 8
+DEFAULT_NORMALIZE_BITS = 4
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,8 @@ class CompressionConfig:
       `ceil(in_features / r)` columns before quantizing (EXACT's D/R); the gradient stays unbiased.
     - `score_bits`: the least width of the final embeddings the loss's dot-product scores read
       (`for_scores`); 32 keeps them exact. Only ops given `for_scores()` use it.
+    - `normalize_bits`: the least width of the outputs `ops.l2_normalize` saves
+      (`for_normalized`); 32 keeps them exact.
     - `min_numel`: tensors with fewer elements are saved as they are.
     - `stochastic`: stochastic rounding (unbiased gradients); False rounds to nearest, which is
       biased (an ablation and the control of the unbiasedness tests).
@@ -59,6 +65,7 @@ class CompressionConfig:
     min_numel: int = DEFAULT_MIN_NUMEL
     stochastic: bool = True
     score_bits: int = DEFAULT_SCORE_BITS
+    normalize_bits: int = DEFAULT_NORMALIZE_BITS
 
     def __post_init__(self) -> None:
         if self.bits not in BITS:
@@ -73,11 +80,12 @@ class CompressionConfig:
             raise ConfigError(
                 f"'group_size' needs to be a positive integer or None (got {self.group_size!r})"
             )
-        if self.score_bits not in BITS:
-            raise ConfigError(
-                f"'score_bits' must be one of {', '.join(map(str, BITS))} (got {self.score_bits!r}); "
-                "32 keeps the scored embeddings exact"
-            )
+        for name in ("score_bits", "normalize_bits"):
+            if getattr(self, name) not in BITS:
+                raise ConfigError(
+                    f"'{name}' must be one of {', '.join(map(str, BITS))} (got "
+                    f"{getattr(self, name)!r}); 32 keeps those tensors exact"
+                )
         if self.scheme not in SCHEMES:
             raise ConfigError(f"'scheme' must be one of {', '.join(SCHEMES)} (got {self.scheme!r})")
         if self.scheme == "normal" and self.bits not in (2, 32):
@@ -103,12 +111,20 @@ class CompressionConfig:
         return "normal" if self.bits == 2 else "uniform"
 
     def for_scores(self) -> CompressionConfig:
-        """The config for the embeddings a loss scores: `bits` raised to `score_bits` (an explicit
-        "normal" scheme, which has 2-bit levels only, becomes "auto"); itself when that is no wider."""
-        if not self.enabled or self.bits >= self.score_bits:
+        """The config for the embeddings a loss scores: at least `score_bits` wide."""
+        return self.at_least(self.score_bits)
+
+    def for_normalized(self) -> CompressionConfig:
+        """The config for the outputs an L2 normalization saves: at least `normalize_bits` wide."""
+        return self.at_least(self.normalize_bits)
+
+    def at_least(self, bits: int) -> CompressionConfig:
+        """`bits` raised to `bits` (an explicit "normal" scheme, which has 2-bit levels only, becomes
+        "auto"); itself when compression is off or already that wide."""
+        if not self.enabled or self.bits >= bits:
             return self
         scheme = "auto" if self.scheme == "normal" else self.scheme
-        return replace(self, bits=self.score_bits, scheme=scheme)
+        return replace(self, bits=bits, scheme=scheme)
 
     @property
     def enabled(self) -> bool:

@@ -1,7 +1,8 @@
 """`l2_normalize`: x / max(||x||, eps) along `dim` (exactly `F.normalize`), saving the output.
 
-Saves y = x / n (compressed with `config.bits < 32`) and the norms (one float per row, kept exact:
-the gradient divides by them). Gradient: (g - y * sum(g * y)) / n where ||x|| >= eps, g / eps where
+Saves y = x / n (compressed with `config.bits < 32`, at least `config.normalize_bits` wide: the
+gradient is quadratic in y, so its rounding costs more here than anywhere else) and the norms (one
+float per row, kept exact: the gradient divides by them). Gradient: (g - y * sum(g * y)) / n where ||x|| >= eps, g / eps where
 the norm was clamped.
 """
 
@@ -24,7 +25,7 @@ class L2Normalize(torch.autograd.Function):
     ) -> torch.Tensor:
         out = F.normalize(x, p=2.0, dim=dim, eps=eps)
         norm = x.norm(p=2, dim=dim, keepdim=True)
-        save(ctx, compress(out, config), norm)
+        save(ctx, compress(out, config.for_normalized()), norm)
         ctx.dim, ctx.eps = dim, eps
         return out
 
@@ -41,7 +42,8 @@ class L2Normalize(torch.autograd.Function):
 def l2_normalize(
     x: torch.Tensor, dim: int = -1, eps: float = 1e-12, *, config: CompressionConfig
 ) -> torch.Tensor:
-    """`F.normalize(x, p=2, dim=dim, eps=eps)`; with `config.bits < 32` the output is saved compressed."""
+    """`F.normalize(x, p=2, dim=dim, eps=eps)`; with `config.bits < 32` the output is saved compressed
+    (per `config.for_normalized()`)."""
     if not config.enabled:
         return F.normalize(x, p=2.0, dim=dim, eps=eps)
     return apply_compressed(L2Normalize, x, dim, eps, config)
