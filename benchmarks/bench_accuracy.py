@@ -39,7 +39,7 @@ CONFIGS = REPO_ROOT / "configs"
 # Settings that may differ between a finished run and this invocation without making it stale.
 IGNORED_SETTINGS = frozenset({"out", "data", "device", "resume", "eval_batch_users"})
 # Settings an uncompressed (FP32) run never reads: its finished runs serve any of their values.
-COMPRESSION_SETTINGS = frozenset({"group_size", "scheme", "score_bits"})
+COMPRESSION_SETTINGS = frozenset({"group_size", "scheme", "score_bits", "normalize_bits"})
 
 
 @dataclass(frozen=True)

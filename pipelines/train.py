@@ -31,6 +31,7 @@ SETTINGS: dict[str, list[tuple[str, str, str, str]]] = {
         ("--group-size", "group_size", "G", "elements per quantization group"),
         ("--scheme", "scheme", "NAME", "quantization levels: auto (default: normal at 2 bits, else uniform), uniform or normal"),
         ("--score-bits", "score_bits", "B", "least bits of the final embeddings the BPR scores read (default 8; 32 = exact)"),
+        ("--normalize-bits", "normalize_bits", "B", "least bits of the outputs L2 normalizations save (default 4; 32 = exact)"),
     ],
     "optimization": [
         ("--lr", "lr", "LR", "Adam learning rate"),

@@ -86,7 +86,8 @@ def test_config_file_with_command_line_overrides(tiny_dataset_dir, tmp_path, cap
     out_dir = tmp_path / "run"
     argv = ["--config", str(config), "--data", str(tiny_dataset_dir), "--out", str(out_dir),
             "--bits", "32", "--model", "bprmf", "--epochs", "1", "--max-batches-per-epoch", "1",
-            "--eval-ks", "5,20", "--score-bits", "32", "--set", "negative_slope=0.3",
+            "--eval-ks", "5,20", "--score-bits", "32", "--normalize-bits", "8",
+            "--set", "negative_slope=0.3",
             "--no-mlflow"]  # fmt: skip
     code, out, err = run(argv, capsys)
     assert code == 0, err
@@ -94,7 +95,7 @@ def test_config_file_with_command_line_overrides(tiny_dataset_dir, tmp_path, cap
     config_used = metrics["config"]
     assert (config_used["model"], config_used["bits"], config_used["embed_dim"]) == ("bprmf", 32, 4)
     assert config_used["lr"] == 0.01 and config_used["eval_ks"] == [5, 20]
-    assert config_used["score_bits"] == 32
+    assert (config_used["score_bits"], config_used["normalize_bits"]) == (32, 8)
     assert config_used["extra"] == {"negative_slope": 0.3}
     assert {"recall@5", "ndcg@5", "recall@20", "ndcg@20"} <= metrics.keys()
     assert "test recall@20" in out and f"metrics: {out_dir / 'metrics.json'}" in out

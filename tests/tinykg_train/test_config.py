@@ -104,13 +104,21 @@ def test_quantization_levels_default_to_auto_and_the_choices_are_checked():
         TrainConfig(model="kgat", scheme="gauss")
 
 
-def test_score_bits_default_to_the_compression_default_and_reach_the_compression_config():
-    from tinykg_train.compress.config import DEFAULT_SCORE_BITS
+def test_score_and_normalize_bits_default_to_the_compression_defaults_and_reach_it():
+    from tinykg_train.compress.config import DEFAULT_NORMALIZE_BITS, DEFAULT_SCORE_BITS
 
-    assert TrainConfig(model="kgat").score_bits == DEFAULT_SCORE_BITS
-    config = TrainConfig(model="kgat", bits=2, group_size=128, scheme="uniform", score_bits=32)
+    defaults = TrainConfig(model="kgat")
+    assert (defaults.score_bits, defaults.normalize_bits) == (
+        DEFAULT_SCORE_BITS,
+        DEFAULT_NORMALIZE_BITS,
+    )
+    config = TrainConfig(
+        model="kgat", bits=2, group_size=128, scheme="uniform", score_bits=32, normalize_bits=8
+    )
     compression = config.compression_config()
     assert (compression.bits, compression.group_size, compression.scheme) == (2, 128, "uniform")
-    assert compression.score_bits == 32
+    assert (compression.score_bits, compression.normalize_bits) == (32, 8)
     with pytest.raises(ConfigError, match=r"'score_bits' must be one of 1, 2, 4, 8, 32 \(got 3\)"):
         TrainConfig(model="kgat", score_bits=3)
+    with pytest.raises(ConfigError, match=r"'normalize_bits' must be one of 1, 2, 4, 8, 32"):
+        TrainConfig(model="kgat", normalize_bits=16)

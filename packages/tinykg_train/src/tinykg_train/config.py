@@ -25,7 +25,7 @@ SCHEMES = ("uniform", "normal", "auto")
 
 INT_FIELDS = frozenset(
     {
-        "bits", "score_bits", "epochs", "seed", "batch_size", "kg_batch_size", "embed_dim", "n_layers",
+        "bits", "score_bits", "normalize_bits", "epochs", "seed", "batch_size", "kg_batch_size", "embed_dim", "n_layers",
         "kg_neighbors", "n_intents", "eval_every", "eval_batch_users", "patience",
     }
 )  # fmt: skip
@@ -43,9 +43,11 @@ class TrainConfig:
     bits: int = 32
     group_size: int | None = None
     scheme: str = "auto"  # normal levels at 2 bits, uniform otherwise
-    # the least width of the embeddings the BPR scores read (CompressionConfig.score_bits; this
-    # module stays free of torch, so the default is repeated: a test checks they agree)
+    # the least widths of the embeddings the BPR scores read and of the L2-normalized outputs saved
+    # (CompressionConfig's; this module stays free of torch, so the defaults are repeated: a test
+    # checks they agree)
     score_bits: int = 8
+    normalize_bits: int = 4
     epochs: int = 20
     seed: int = 0
     lr: float = 1e-3
@@ -80,11 +82,12 @@ class TrainConfig:
             raise ConfigError(
                 f"'bits' must be one of {', '.join(map(str, BITS))} (got {self.bits}); 32 means no compression"
             )
-        if self.score_bits not in BITS:
-            raise ConfigError(
-                f"'score_bits' must be one of {', '.join(map(str, BITS))} (got {self.score_bits}); "
-                "32 keeps the scored embeddings exact"
-            )
+        for name in ("score_bits", "normalize_bits"):
+            if getattr(self, name) not in BITS:
+                raise ConfigError(
+                    f"'{name}' must be one of {', '.join(map(str, BITS))} (got "
+                    f"{getattr(self, name)}); 32 keeps those tensors exact"
+                )
         if self.scheme not in SCHEMES:
             raise ConfigError(f"'scheme' must be one of {', '.join(SCHEMES)} (got {self.scheme!r})")
         if self.device not in DEVICES:
@@ -158,6 +161,7 @@ class TrainConfig:
             group_size=self.group_size,
             scheme=self.scheme,
             score_bits=self.score_bits,
+            normalize_bits=self.normalize_bits,
         )
 
 
