@@ -51,6 +51,19 @@ def test_one_tensor_version_is_compressed_once_inside_a_block():
         assert compress(x, config) is not first
 
 
+def test_a_tensor_stored_wider_serves_the_ops_that_save_it_at_fewer_bits():
+    x = torch.randn(100, 64)
+    config = CompressionConfig(bits=2)
+    with ActivationMeter():
+        wide = compress(x, config.for_normalized())  # 4 bits, as ops.l2_normalize saves
+        assert wide.quantized.bits == 4
+        assert compress(x, config) is wide  # not a second, 2-bit copy
+        assert compress(x, CompressionConfig(bits=8)) is not wide  # never narrower than asked
+        y = torch.randn(100, 64)
+        narrow = compress(y, config)
+        assert narrow.quantized.bits == 2 and compress(y, config.for_normalized()) is not narrow
+
+
 def test_projection_stores_fewer_columns_and_reconstructs_unbiasedly():
     x = torch.randn(64, 128, generator=torch.Generator().manual_seed(0))
     config = CompressionConfig(bits=8, projection_ratio=4)

@@ -17,7 +17,7 @@ import torch
 from tinykg_kernels import QuantizedTensor, dequantize, quantize, unproject
 from tinykg_kernels import project as random_projection
 from tinykg_train.compress import stack
-from tinykg_train.compress.config import CompressionConfig
+from tinykg_train.compress.config import BITS, CompressionConfig
 from tinykg_train.compress.masks import PackedMask
 
 
@@ -109,6 +109,12 @@ def _compress(
     return Compressed(quantized, projection, positive)
 
 
+def _wider_configs(config: CompressionConfig) -> list[CompressionConfig]:
+    """The configs some ops save at instead of `config` (`for_normalized`, `for_scores`): a tensor
+    already stored at one of them is reused, not stored a second time at fewer bits."""
+    return [config.at_least(bits) for bits in BITS if config.bits < bits < 32]
+
+
 def compress(
     tensor: torch.Tensor | None,
     config: CompressionConfig,
@@ -121,10 +127,15 @@ def compress(
     `project=True` (linear inputs) applies the config's random projection first;
     `exact_positives=True` (ReLU outputs) also keeps a 1-bit mask of x > 0 (see `Compressed`). Inside a
     `compress_saved_tensors` or `ActivationMeter` block the same tensor version is compressed once,
-    however many ops save it.
+    however many ops save it; one already stored wider (an L2-normalized output, kept at
+    `normalize_bits`) serves the ops that save it at fewer bits.
     """
     if tensor is None or not worth_compressing(tensor, config):
         return tensor
+    for wider in _wider_configs(config):  # e.g. an L2-normalized output, then a layer's input
+        stored = stack.peek(("compress", wider, project, exact_positives), tensor)
+        if stored is not None:
+            return stored
     return stack.cached(
         ("compress", config, project, exact_positives),
         tensor,

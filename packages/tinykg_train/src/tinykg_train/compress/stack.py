@@ -102,6 +102,13 @@ def active() -> bool:
     return bool(_state.layers)
 
 
+def peek(kind: Any, tensor: torch.Tensor) -> Any | None:
+    """What `cached(kind, tensor, ...)` already holds for this tensor version, else None."""
+    key = tensor_key(tensor) if _state.layers else None
+    entry = None if key is None else _state.cache.get((kind, key))
+    return entry[1] if entry is not None and entry[0]() is not None else None
+
+
 def cached(kind: Any, tensor: torch.Tensor, make: Callable[[torch.Tensor], Any]) -> Any:
     """`make(tensor)`, computed once per (kind, tensor version) while a layer is active."""
     key = tensor_key(tensor) if _state.layers else None
