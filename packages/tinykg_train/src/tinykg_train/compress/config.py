@@ -27,11 +27,13 @@ GROUP_CODE_BITS = 128
 
 # Two kinds of saved tensors get more bits than `bits` by default: at 2 bits they are where most of
 # a KGAT step's gradient error comes from (music-kgcn, one CF step, gradient error relative to the
-# exact gradient: 0.37 with everything at 2 bits, 0.22 with the scored embeddings at 8, 0.04 with the
-# L2-normalized outputs at 4 as well), and they are a small share of the bytes.
+# exact gradient: 0.39 with everything at 2 bits, 0.25 with either kind wider, 0.05 with both; held
+# bytes 12.0x -> 9.8x less than FP32 without dropout; BENCHMARKS.md section gradient-error-kgat).
 # - The final embeddings whose dot products are the BPR scores: every gradient of a step starts from
-#   them (KGAT, ten seeds: INT2 / FP32 Recall@20 0.973 -> 0.984).
+#   them.
 # - The outputs an L2 normalization saves: its backward is quadratic in them.
+# KGAT on music-kgcn over ten seeds, INT2 / FP32 Recall@20: 0.973 with both at 2 bits, 0.984 with
+# the scored embeddings at 8, 1.005 with both (10.6x less activation memory, dropout on).
 DEFAULT_SCORE_BITS = 8
 DEFAULT_NORMALIZE_BITS = 4
 
