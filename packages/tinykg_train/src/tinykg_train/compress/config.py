@@ -121,8 +121,8 @@ class CompressionConfig:
         return self.at_least(self.normalize_bits)
 
     def at_least(self, bits: int) -> CompressionConfig:
-        """`bits` raised to `bits` (an explicit "normal" scheme, which has 2-bit levels only, becomes
-        "auto"); itself when compression is off or already that wide."""
+        """This config with its width raised to `bits` (an explicit "normal" scheme, which has 2-bit
+        levels only, becomes "auto"); itself when compression is off or already that wide."""
         if not self.enabled or self.bits >= bits:
             return self
         scheme = "auto" if self.scheme == "normal" else self.scheme
