@@ -8,6 +8,7 @@ first (EXACT), and wraps the result so it can travel through `ctx.save_for_backw
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -109,10 +110,12 @@ def _compress(
     return Compressed(quantized, projection, positive)
 
 
-def _wider_configs(config: CompressionConfig) -> list[CompressionConfig]:
+@functools.cache
+def _wider_configs(config: CompressionConfig) -> tuple[CompressionConfig, ...]:
     """The configs some ops save at instead of `config` (`for_normalized`, `for_scores`): a tensor
-    already stored at one of them is reused, not stored a second time at fewer bits."""
-    return [config.at_least(bits) for bits in BITS if config.bits < bits < 32]
+    already stored at one of them is reused, not stored a second time at fewer bits. Built once
+    per config (this runs for every saved tensor)."""
+    return tuple(config.at_least(bits) for bits in BITS if config.bits < bits < 32)
 
 
 def compress(
@@ -132,14 +135,12 @@ def compress(
     """
     if tensor is None or not worth_compressing(tensor, config):
         return tensor
-    for wider in _wider_configs(config):  # e.g. an L2-normalized output, then a layer's input
-        stored = stack.peek(("compress", wider, project, exact_positives), tensor)
-        if stored is not None:
-            return stored
     return stack.cached(
         ("compress", config, project, exact_positives),
         tensor,
         lambda t: _compress(t, config, project, exact_positives),
+        # e.g. an L2-normalized output stored at 4 bits, then saved as a layer's input at 2
+        also=[("compress", wider, project, exact_positives) for wider in _wider_configs(config)],
     )
 
 

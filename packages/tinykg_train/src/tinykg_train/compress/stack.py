@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -102,24 +102,24 @@ def active() -> bool:
     return bool(_state.layers)
 
 
-def peek(kind: Any, tensor: torch.Tensor) -> Any | None:
-    """What `cached(kind, tensor, ...)` already holds for this tensor version, else None."""
-    key = tensor_key(tensor) if _state.layers else None
-    entry = None if key is None else _state.cache.get((kind, key))
-    return entry[1] if entry is not None and entry[0]() is not None else None
-
-
-def cached(kind: Any, tensor: torch.Tensor, make: Callable[[torch.Tensor], Any]) -> Any:
-    """`make(tensor)`, computed once per (kind, tensor version) while a layer is active."""
+def cached(
+    kind: Any,
+    tensor: torch.Tensor,
+    make: Callable[[torch.Tensor], Any],
+    also: Sequence[Any] = (),
+) -> Any:
+    """`make(tensor)`, computed once per (kind, tensor version) while a layer is active. A value
+    already held for this tensor version under one of the kinds in `also` (e.g. the same tensor
+    stored at more bits) is returned instead, checked before `kind`."""
     key = tensor_key(tensor) if _state.layers else None
     if key is None:
         return make(tensor)
-    full_key = (kind, key)
-    entry = _state.cache.get(full_key)
-    if entry is not None and entry[0]() is not None:
-        return entry[1]
+    for candidate in (*also, kind):
+        entry = _state.cache.get((candidate, key))
+        if entry is not None and entry[0]() is not None:
+            return entry[1]
     value = make(tensor)
-    _state.cache[full_key] = (weakref.ref(tensor.untyped_storage()), value)
+    _state.cache[(kind, key)] = (weakref.ref(tensor.untyped_storage()), value)
     return value
 
 
