@@ -25,8 +25,9 @@ SCHEMES = ("uniform", "normal", "auto")
 
 INT_FIELDS = frozenset(
     {
-        "bits", "score_bits", "normalize_bits", "epochs", "seed", "batch_size", "kg_batch_size", "embed_dim", "n_layers",
-        "kg_neighbors", "n_intents", "eval_every", "eval_batch_users", "patience",
+        "bits", "score_bits", "normalize_bits", "epochs", "seed", "batch_size", "kg_batch_size",
+        "embed_dim", "n_layers", "kg_neighbors", "n_intents", "eval_every", "eval_batch_users",
+        "patience",
     }
 )  # fmt: skip
 OPTIONAL_INT_FIELDS = frozenset({"group_size", "max_batches_per_epoch"})

@@ -1,8 +1,9 @@
 """Autograd ops with an exact forward that save compressed activations for backward.
 
 Every op takes `config=` (a `CompressionConfig`). With `config.bits == 32` the elementwise ops,
-`linear`, `grouped_linear`, `embedding` and `l2_normalize` are the plain torch ops; `spmm` and `edge_softmax` (which
-torch lacks) are Functions that save the minimum their gradients need, uncompressed.
+`linear`, `grouped_linear`, `embedding` and `l2_normalize` are the plain torch ops; `spmm` and
+`edge_softmax` (which torch lacks) are Functions that save the minimum their gradients need,
+uncompressed.
 """
 
 from tinykg_train.compress.ops.activations import dropout, leaky_relu, relu

@@ -2,8 +2,8 @@
 
 Saves y = x / n (compressed with `config.bits < 32`, at least `config.normalize_bits` wide: the
 gradient is quadratic in y, so its rounding costs more here than anywhere else) and the norms (one
-float per row, kept exact: the gradient divides by them). Gradient: (g - y * sum(g * y)) / n where ||x|| >= eps, g / eps where
-the norm was clamped.
+float per row, kept exact: the gradient divides by them). Gradient: (g - y * sum(g * y)) / n where
+||x|| >= eps, g / eps where the norm was clamped.
 """
 
 from __future__ import annotations
