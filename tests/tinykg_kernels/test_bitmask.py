@@ -58,3 +58,13 @@ def test_bad_input_says_what_to_pass():
         pack_bits(torch.zeros(3))
     with pytest.raises(ValueError, match=r"2 packed bytes cannot hold a mask of shape \(3, 7\)"):
         unpack_bits(torch.zeros(2, dtype=torch.uint8), (3, 7))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(7,), (64, 33), (1000, 61)])
+def test_unpacks_to_ones_and_zeros_of_a_float_dtype(shape, dtype, backend: str):
+    mask = random_mask(shape, seed=3)
+    values = unpack_bits(pack_bits(mask, backend=backend), mask.shape, backend=backend, dtype=dtype)
+    assert values.dtype == dtype and values.shape == mask.shape
+    assert torch.equal(values, mask.to(dtype))

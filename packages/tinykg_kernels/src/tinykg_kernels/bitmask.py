@@ -52,9 +52,14 @@ def pack_bits(mask: torch.Tensor, backend: str | None = None) -> torch.Tensor:
 
 
 def unpack_bits(
-    packed: torch.Tensor, shape: torch.Size | tuple[int, ...], backend: str | None = None
+    packed: torch.Tensor,
+    shape: torch.Size | tuple[int, ...],
+    backend: str | None = None,
+    dtype: torch.dtype = torch.bool,
 ) -> torch.Tensor:
-    """The bool tensor of `shape` that `pack_bits` packed into `packed`."""
+    """The bool tensor of `shape` that `pack_bits` packed into `packed`; with a float `dtype`, the
+    mask as 1 and 0 in that dtype (what a backward multiplies by), made in one pass by the compiled
+    codec rather than a bool tensor and then a conversion."""
     numel = math.prod(shape)
     if packed.numel() != -(-numel // 8):
         raise ValueError(
@@ -62,7 +67,7 @@ def unpack_bits(
             f"({-(-numel // 8)} bytes); pass the shape the mask had when it was packed"
         )
     if dispatch.select_backend(packed.device, backend, numel) == "compiled":
-        flat = dispatch.compiled_ops().unpack_bits(packed, numel)
+        flat = dispatch.compiled_ops().unpack_bits(packed, numel, dtype)
     else:
-        flat = unpack_bits_eagerly(packed, numel)
+        flat = unpack_bits_eagerly(packed, numel).to(dtype)
     return flat.reshape(shape)

@@ -160,9 +160,10 @@ def _pack_bits_body() -> Callable:
     return pack_mask
 
 
-def _unpack_bits_body() -> Callable:
-    def unpack_mask(packed: torch.Tensor) -> torch.Tensor:  # uint8 [k] -> bool [8k]
-        return _unpack(packed, 1).reshape(-1).view(torch.bool)  # codes are 0 or 1
+def _unpack_bits_body(dtype: torch.dtype) -> Callable:
+    def unpack_mask(packed: torch.Tensor) -> torch.Tensor:  # uint8 [k] -> [8k] of 0/1 in dtype
+        bits = _unpack(packed, 1).reshape(-1)  # codes are 0 or 1
+        return bits.view(torch.bool) if dtype == torch.bool else bits.to(dtype)
 
     return unpack_mask
 
@@ -293,9 +294,9 @@ def pack_bits(flat: torch.Tensor) -> torch.Tensor:
     return torch.cat([packed, bitmask.pack_bits_eagerly(flat[whole:])])
 
 
-def unpack_bits(packed: torch.Tensor, numel: int) -> torch.Tensor:
-    """`bitmask.unpack_bits` to a flat bool CPU tensor of `numel` elements."""
+def unpack_bits(packed: torch.Tensor, numel: int, dtype: torch.dtype = torch.bool) -> torch.Tensor:
+    """`bitmask.unpack_bits` to a flat CPU tensor of `numel` elements: bool, or 1/0 in `dtype`."""
     if _failure is not None or numel < 8:
-        return bitmask.unpack_bits_eagerly(packed, numel)
-    mask = _run_compiled("unpack_bits", (), _unpack_bits_body(), packed, per_group=1)
+        return bitmask.unpack_bits_eagerly(packed, numel).to(dtype)
+    mask = _run_compiled("unpack_bits", (dtype,), _unpack_bits_body(dtype), packed, per_group=1)
     return mask[:numel]

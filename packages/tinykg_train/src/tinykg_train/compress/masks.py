@@ -24,8 +24,9 @@ class PackedMask:
     def pack(cls, mask: torch.Tensor) -> PackedMask:
         return cls(pack_bits(mask), mask.shape)
 
-    def decode(self) -> torch.Tensor:
-        return unpack_bits(self.packed, self.shape)
+    def decode(self, dtype: torch.dtype = torch.bool) -> torch.Tensor:
+        """The mask, or with a float `dtype` the mask as 1 and 0 (made in one pass)."""
+        return unpack_bits(self.packed, self.shape, dtype=dtype)
 
     @property
     def nbytes(self) -> int:

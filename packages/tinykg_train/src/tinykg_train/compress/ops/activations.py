@@ -30,12 +30,12 @@ class MaskedReLU(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        (positive,) = load(ctx)
+        (positive,) = load(ctx, decode=False)
+        stand_in = positive.decode(grad.dtype)  # 1 where x > 0, else 0
         if ctx.negative_slope == 0:
-            return grad * positive, None
-        # torch's own LeakyReLU backward on a 1/0 stand-in for x: grad where > 0, else grad * slope
-        # (on the CPU 7x faster than torch.where on the bool mask)
-        stand_in = positive.to(grad.dtype)
+            return grad * stand_in, None
+        # torch's own LeakyReLU backward on the 1/0 stand-in for x: grad where > 0, else
+        # grad * slope (on the CPU 7x faster than torch.where on the bool mask)
         return torch.ops.aten.leaky_relu_backward(grad, stand_in, ctx.negative_slope, False), None
 
 
