@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from tinykg_train.compress import ActivationMeter, CompressionConfig
-from tinykg_train.compress.codec import Compressed, compress, decompress
+from tinykg_train.compress.codec import Compressed, Rescaled, compress, decompress, offer_rescaled
 
 
 def test_keeps_what_is_not_worth_compressing():
@@ -76,3 +76,39 @@ def test_projection_stores_fewer_columns_and_reconstructs_unbiasedly():
     mean = torch.stack([decompress(compress(x, config, project=True)) for _ in range(400)]).mean(0)
     single = decompress(projected)
     assert (mean - x).norm() < 0.2 * (single - x).norm()
+
+
+def test_parameters_are_kept_as_they_are():
+    """A parameter is held by the model anyway: a quantized copy would only cost time and accuracy."""
+    weight = torch.nn.Parameter(torch.randn(100, 64))
+    assert compress(weight, CompressionConfig(bits=2)) is weight
+
+
+def test_a_rescaled_tensor_rebuilds_from_its_parts_and_decodes_to_y_times_scale():
+    x = torch.randn(100, 64, generator=torch.Generator().manual_seed(0)) * torch.rand(100, 1) * 10
+    x[7] = 1e-3  # a norm under `least`: x = y * least
+    scale = x.norm(dim=1, keepdim=True)
+    y = x / scale.clamp_min(0.1)
+    stored = Rescaled(compress(y, CompressionConfig(bits=8)), scale, 0.1)
+    rebuilt = Rescaled.rebuild(stored.meta(), stored.parts())
+    torch.testing.assert_close(
+        rebuilt.decode(), decompress(stored.compressed) * scale.clamp_min(0.1)
+    )
+    assert float((stored.decode() - x).norm() / x.norm()) < 0.01
+    assert stored.nbytes == stored.compressed.nbytes + 100 * 4
+
+
+def test_an_offered_rescaled_form_serves_later_saves_of_the_tensor():
+    x, y = torch.randn(100, 64), torch.randn(100, 64)
+    config = CompressionConfig(bits=2)
+    scale = torch.rand(100, 1)
+    offer_rescaled(x, compress(y, config.for_normalized()), scale, 0.0, config.for_normalized())
+    assert not isinstance(compress(x, config), Rescaled)
+    with ActivationMeter():
+        scaled = compress(y, config.for_normalized())
+        offer_rescaled(x, scaled, scale, 0.0, config.for_normalized())
+        reused = compress(x, config)
+        assert isinstance(reused, Rescaled) and reused.compressed is scaled
+        assert compress(x, CompressionConfig(bits=8)) is not reused  # never narrower than asked
+        x.add_(1.0)  # a new version: the offer no longer describes it
+        assert not isinstance(compress(x, config), Rescaled)

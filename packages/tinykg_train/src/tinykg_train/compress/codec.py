@@ -73,6 +73,36 @@ class Compressed:
         return cls(quantized, projection, positive)
 
 
+@dataclass(frozen=True)
+class Rescaled:
+    """A tensor x stored as a compressed y = x / max(scale, least) and the exact `scale` (broadcast
+    against y): an L2 normalization's input, from the output and row norms it saves anyway
+    (`offer_rescaled`; the norms are the same tensor, held once). Quantizing y rather than x gives
+    every row the same range, however different their norms."""
+
+    compressed: Compressed
+    scale: torch.Tensor
+    least: float = 0.0
+
+    def decode(self) -> torch.Tensor:
+        return self.compressed.decode().mul_(self.scale.clamp_min(self.least))
+
+    @property
+    def nbytes(self) -> int:
+        return self.compressed.nbytes + self.scale.numel() * self.scale.element_size()
+
+    def parts(self) -> tuple[torch.Tensor, ...]:
+        return (*self.compressed.parts(), self.scale)
+
+    def meta(self) -> tuple[tuple, float]:
+        return (self.compressed.meta(), self.least)
+
+    @classmethod
+    def rebuild(cls, meta: tuple, parts: tuple[torch.Tensor, ...]) -> Rescaled:
+        compressed_meta, least = meta
+        return cls(Compressed.rebuild(compressed_meta, parts[:-1]), parts[-1], least)
+
+
 def worth_compressing(tensor: torch.Tensor, config: CompressionConfig) -> bool:
     """A float tensor of at least `min_numel` elements, with compression on."""
     return (
@@ -127,21 +157,43 @@ def compress(
 ) -> torch.Tensor | Compressed | None:
     """`tensor` compressed per `config`, or the tensor itself when it is not worth compressing.
 
+    Parameters and registered buffers are returned as they are: they are held anyway, so a
+    quantized copy would cost time and accuracy and save nothing.
+
     `project=True` (linear inputs) applies the config's random projection first;
     `exact_positives=True` (ReLU outputs) also keeps a 1-bit mask of x > 0 (see `Compressed`). Inside a
     `compress_saved_tensors` or `ActivationMeter` block the same tensor version is compressed once,
     however many ops save it; one already stored wider (an L2-normalized output, kept at
     `normalize_bits`) serves the ops that save it at fewer bits.
     """
-    if tensor is None or not worth_compressing(tensor, config):
+    if tensor is None or not worth_compressing(tensor, config) or stack.is_persistent(tensor):
         return tensor
     return stack.cached(
-        ("compress", config, project, exact_positives),
+        _kind(config, project, exact_positives),
         tensor,
         lambda t: _compress(t, config, project, exact_positives),
         # e.g. an L2-normalized output stored at 4 bits, then saved as a layer's input at 2
-        also=[("compress", wider, project, exact_positives) for wider in _wider_configs(config)],
+        also=[_kind(wider, project, exact_positives) for wider in _wider_configs(config)],
     )
+
+
+def _kind(config: CompressionConfig, project: bool, exact_positives: bool) -> tuple:
+    """The scope-cache kind of a tensor compressed with these settings."""
+    return ("compress", config, project, exact_positives)
+
+
+def offer_rescaled(
+    tensor: torch.Tensor,
+    scaled: torch.Tensor | Compressed | None,
+    scale: torch.Tensor,
+    least: float,
+    config: CompressionConfig,
+) -> None:
+    """Let later ops that save `tensor` (= y * max(scale, least), y compressed as `scaled` per
+    `config`) reuse `Rescaled(scaled, scale, least)` instead of storing `tensor` again: the output
+    of an L2 normalization and its norms already hold its input, which KGAT's next layer saves."""
+    if isinstance(scaled, Compressed) and scaled.projection is None and scaled.positive is None:
+        stack.offer(_kind(config, False, False), tensor, Rescaled(scaled, scale, least))
 
 
 def decompress(item: torch.Tensor | Compressed | None) -> torch.Tensor | None:

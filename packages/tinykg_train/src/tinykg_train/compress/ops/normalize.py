@@ -2,7 +2,9 @@
 
 Saves y = x / n (compressed with `config.bits < 32`, at least `config.normalize_bits` wide: the
 gradient is quadratic in y, so its rounding costs more here than anywhere else) and the norms (one
-float per row, kept exact: the gradient divides by them). Gradient: (g - y * sum(g * y)) / n where
+float per row, kept exact: the gradient divides by them). The two also hold the input, x = y * n, so
+an op that saves x later in the step (KGAT's next layer) reuses them instead of storing x again
+(`codec.offer_rescaled`). Gradient: (g - y * sum(g * y)) / n where
 ||x|| >= eps, g / eps where the norm was clamped.
 """
 
@@ -13,7 +15,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from tinykg_train.compress.codec import compress
+from tinykg_train.compress.codec import compress, offer_rescaled
 from tinykg_train.compress.config import CompressionConfig
 from tinykg_train.compress.saving import apply_compressed, load, save
 
@@ -25,7 +27,9 @@ class L2Normalize(torch.autograd.Function):
     ) -> torch.Tensor:
         out = F.normalize(x, p=2.0, dim=dim, eps=eps)
         norm = x.norm(p=2, dim=dim, keepdim=True)
-        save(ctx, compress(out, config.for_normalized()), norm)
+        stored = compress(out, config.for_normalized())
+        save(ctx, stored, norm)
+        offer_rescaled(x, stored, norm, eps, config.for_normalized())
         ctx.dim, ctx.eps = dim, eps
         return out
 
