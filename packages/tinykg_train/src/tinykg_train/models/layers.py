@@ -62,14 +62,18 @@ class BiInteractionLayer(nn.Module):
         self, ego, graph: CSRGraph, attention: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """`attention`: the graph's matrix entries (`graph.values(per-edge attention)`)."""
-        c, slope = self.compression, self.negative_slope
+        c = self.compression
         neighbors = graph(ego, attention)
-        summed = ops.linear(ego + neighbors, self.sum_linear.weight, self.sum_linear.bias, config=c)
-        product = ops.mul(ego, neighbors, config=c)
-        product = ops.linear(
-            product, self.product_linear.weight, self.product_linear.bias, config=c
+        out = ops.bi_interaction(
+            ego,
+            neighbors,
+            self.sum_linear.weight,
+            self.sum_linear.bias,
+            self.product_linear.weight,
+            self.product_linear.bias,
+            self.negative_slope,
+            config=c,
         )
-        out = ops.leaky_relu(summed, slope, config=c) + ops.leaky_relu(product, slope, config=c)
         out = ops.dropout(out, self.dropout, self.training, config=c)
         return out, ops.l2_normalize(out, dim=-1, config=c)
 

@@ -1,12 +1,14 @@
 """Autograd ops with an exact forward that save compressed activations for backward.
 
 Every op takes `config=` (a `CompressionConfig`). With `config.bits == 32` the elementwise ops,
-`linear`, `grouped_linear`, `embedding` and `l2_normalize` are the plain torch ops; `spmm` and
+`linear`, `grouped_linear`, `embedding`, `l2_normalize` and `bi_interaction` (KGAT's aggregator,
+fused so that it saves only its two factors) are the plain torch ops; `spmm` and
 `edge_softmax` (which torch lacks) are Functions that save the minimum their gradients need,
 uncompressed.
 """
 
 from tinykg_train.compress.ops.activations import dropout, leaky_relu, relu
+from tinykg_train.compress.ops.bi_interaction import bi_interaction
 from tinykg_train.compress.ops.elementwise import mul
 from tinykg_train.compress.ops.embedding import embedding
 from tinykg_train.compress.ops.grouped_linear import grouped_linear
@@ -16,6 +18,7 @@ from tinykg_train.compress.ops.normalize import l2_normalize
 from tinykg_train.compress.ops.softmax import edge_softmax
 
 __all__ = [
+    "bi_interaction",
     "dropout",
     "edge_softmax",
     "embedding",

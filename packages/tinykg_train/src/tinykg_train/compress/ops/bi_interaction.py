@@ -1,0 +1,129 @@
+"""`bi_interaction`: KGAT's aggregator, saving its two factors instead of four activations.
+
+    out = LeakyReLU(W1 (e + n) + b1) + LeakyReLU(W2 (e * n) + b2)      (Wang et al. 2019, eq. 8)
+
+Built from `linear`, `mul` and `leaky_relu`, a step would store e, n, e + n and e * n: four
+quantized copies of [nodes, dim] per layer. Every one of them is a function of e and n, so this
+Function saves only those two (compressed; e is often stored already: the embedding table in the
+first layer, which is kept as it is, then the previous layer's output, which its L2 normalization
+holds) and the two 1-bit LeakyReLU masks, and rebuilds e + n and e * n from the decoded factors in
+backward. The weight gradients stay unbiased: e + n is linear in the factors, and e * n is a
+product of two independently rounded factors. The forward is the plain ops', bit for bit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from tinykg_train.compress.codec import compress, decompress
+from tinykg_train.compress.config import CompressionConfig
+from tinykg_train.compress.masks import PackedMask
+from tinykg_train.compress.saving import apply_compressed, load, save
+
+
+def _plain(ego, neighbors, sum_weight, sum_bias, product_weight, product_bias, slope):
+    summed = F.linear(ego + neighbors, sum_weight, sum_bias)
+    product = F.linear(ego * neighbors, product_weight, product_bias)
+    return F.leaky_relu(summed, slope) + F.leaky_relu(product, slope)
+
+
+def _through_leaky_relu(grad: torch.Tensor, positive: PackedMask, slope: float) -> torch.Tensor:
+    # torch's LeakyReLU backward on a 1/0 stand-in for the input (7x faster than torch.where)
+    stand_in = positive.decode(grad.dtype).view(grad.shape)
+    return torch.ops.aten.leaky_relu_backward(grad, stand_in, slope, False)
+
+
+class CompressedBiInteraction(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx: Any,
+        ego: torch.Tensor,
+        neighbors: torch.Tensor,
+        sum_weight: torch.Tensor,
+        sum_bias: torch.Tensor | None,
+        product_weight: torch.Tensor,
+        product_bias: torch.Tensor | None,
+        slope: float,
+        config: CompressionConfig,
+    ) -> torch.Tensor:
+        summed = F.linear(ego + neighbors, sum_weight, sum_bias)
+        product = F.linear(ego * neighbors, product_weight, product_bias)
+        save(
+            ctx,
+            compress(ego, config),
+            compress(neighbors, config),
+            PackedMask.pack(summed > 0),
+            PackedMask.pack(product > 0),
+            sum_weight,
+            product_weight,
+        )
+        ctx.slope, ctx.shape = slope, ego.shape
+        return F.leaky_relu(summed, slope).add_(F.leaky_relu(product, slope))
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        ego, neighbors, sum_positive, product_positive, sum_weight, product_weight = load(
+            ctx, decode=False
+        )
+        ego, neighbors = decompress(ego), decompress(neighbors)
+        needs, width = ctx.needs_input_grad, ego.shape[-1]
+        ego, neighbors = ego.reshape(-1, width), neighbors.reshape(-1, width)
+        grad = grad.reshape(-1, grad.shape[-1])
+        grad_sum = _through_leaky_relu(grad, sum_positive, ctx.slope)
+        grad_product = _through_leaky_relu(grad, product_positive, ctx.slope)
+        grad_sum_weight = grad_sum_bias = grad_product_weight = grad_product_bias = None
+        if needs[2] or needs[4]:
+            inputs = torch.add(ego, neighbors)  # one buffer for both rebuilt inputs
+            if needs[2]:
+                grad_sum_weight = grad_sum.t().matmul(inputs)
+            if needs[4]:
+                grad_product_weight = grad_product.t().matmul(torch.mul(ego, neighbors, out=inputs))
+        if needs[3]:
+            grad_sum_bias = grad_sum.sum(dim=0)
+        if needs[5]:
+            grad_product_bias = grad_product.sum(dim=0)
+        grad_ego = grad_neighbors = None
+        if needs[0] or needs[1]:
+            through_sum = grad_sum.matmul(sum_weight)
+            through_product = grad_product.matmul(product_weight)
+            if needs[1]:
+                grad_neighbors = torch.addcmul(through_sum, through_product, ego).view(ctx.shape)
+            if needs[0]:
+                grad_ego = through_sum.addcmul_(through_product, neighbors).view(ctx.shape)
+        return (
+            grad_ego,
+            grad_neighbors,
+            grad_sum_weight,
+            grad_sum_bias,
+            grad_product_weight,
+            grad_product_bias,
+            None,
+            None,
+        )
+
+
+def bi_interaction(
+    ego: torch.Tensor,
+    neighbors: torch.Tensor,
+    sum_weight: torch.Tensor,
+    sum_bias: torch.Tensor | None,
+    product_weight: torch.Tensor,
+    product_bias: torch.Tensor | None,
+    negative_slope: float = 0.2,
+    *,
+    config: CompressionConfig,
+) -> torch.Tensor:
+    """`LeakyReLU(W1 (ego + neighbors) + b1) + LeakyReLU(W2 (ego * neighbors) + b2)`; with
+    `config.bits < 32` only the two factors (compressed) and two 1-bit masks are saved."""
+    args = (ego, neighbors, sum_weight, sum_bias, product_weight, product_bias)
+    if ego.shape != neighbors.shape:
+        raise ValueError(
+            f"bi_interaction needs ego and neighbor vectors of one shape (got {tuple(ego.shape)} "
+            f"and {tuple(neighbors.shape)})"
+        )
+    if not config.enabled:
+        return _plain(*args, float(negative_slope))
+    return apply_compressed(CompressedBiInteraction, *args, float(negative_slope), config)

@@ -1,0 +1,111 @@
+"""`bi_interaction` (KGAT's aggregator) against the composition of plain torch ops."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tinykg_train.compress import ActivationMeter, CompressionConfig
+from tinykg_train.compress.ops import bi_interaction, leaky_relu, linear, mul
+
+ALL_BITS = (32, 8, 4, 2, 1)
+SLOPE = 0.2
+
+
+def make_inputs(dtype: torch.dtype = torch.float32, n: int = 90, dim: int = 64, out: int = 32):
+    gen = torch.Generator().manual_seed(0)
+    tensors = (
+        torch.randn(n, dim, generator=gen, dtype=dtype),
+        torch.randn(n, dim, generator=gen, dtype=dtype) + 0.5,
+        torch.randn(out, dim, generator=gen, dtype=dtype) / dim**0.5,
+        torch.randn(out, generator=gen, dtype=dtype) / 10,
+        torch.randn(out, dim, generator=gen, dtype=dtype) / dim**0.5,
+        torch.randn(out, generator=gen, dtype=dtype) / 10,
+    )
+    return [t.requires_grad_() for t in tensors]
+
+
+def plain(ego, neighbors, w1, b1, w2, b2):
+    return F.leaky_relu(F.linear(ego + neighbors, w1, b1), SLOPE) + F.leaky_relu(
+        F.linear(ego * neighbors, w2, b2), SLOPE
+    )
+
+
+def fused(config):
+    return lambda *args: bi_interaction(*args, SLOPE, config=config)
+
+
+@pytest.mark.parametrize("bits", ALL_BITS)
+def test_forward_is_the_plain_formula_bit_for_bit(bits):
+    inputs = make_inputs()
+    assert torch.equal(fused(CompressionConfig(bits=bits))(*inputs), plain(*inputs))
+
+
+def test_function_backward_matches_finite_differences_and_plain_ops(exact_functions, grad_tools):
+    inputs = make_inputs(torch.float64)
+    small = [t[:5, :6] if t.dim() == 2 and t.shape[0] == 90 else t for t in inputs]
+    small = [t.detach()[:, :6] if t.dim() == 2 and t.shape[0] == 32 else t for t in small]
+    small = [t.detach().requires_grad_() for t in small]
+    assert torch.autograd.gradcheck(fused(exact_functions), small)
+    probe = torch.randn(90, 32, dtype=torch.float64)
+    ours = grad_tools.gradients(fused(exact_functions), inputs, probe)
+    reference = grad_tools.gradients(plain, inputs, probe)
+    for x, y in zip(ours, reference, strict=True):
+        torch.testing.assert_close(x, y)
+
+
+def test_only_the_wanted_gradients(exact_functions):
+    ego, neighbors, w1, b1, w2, b2 = make_inputs(torch.float64)
+    out = fused(exact_functions)(ego.detach(), neighbors, w1.detach(), None, w2, b2.detach())
+    grads = torch.autograd.grad(out.sum(), [neighbors, w2])
+    assert all(g is not None for g in grads)
+    reference = torch.autograd.grad(
+        plain(ego.detach(), neighbors, w1.detach(), None, w2, b2.detach()).sum(), [neighbors, w2]
+    )
+    for x, y in zip(grads, reference, strict=True):
+        torch.testing.assert_close(x, y)
+
+
+def test_gradients_at_8_bits_within_one_percent(grad_tools):
+    inputs = make_inputs()
+    probe = torch.randn(90, 32, generator=torch.Generator().manual_seed(1))
+    exact = grad_tools.gradients(plain, inputs, probe)
+    torch.manual_seed(1)
+    approx = grad_tools.gradients(fused(CompressionConfig(bits=8)), inputs, probe)
+    for x, e in zip(approx, exact, strict=True):
+        assert grad_tools.relative_error(x, e) < 0.015  # W2's reads two rounded factors
+
+
+def test_gradients_at_2_bits_are_unbiased_and_round_to_nearest_is_not(grad_tools):
+    """Weight gradients read e + n and e * n rebuilt from independently rounded factors; input
+    gradients read one factor each: all unbiased. Biases' gradients are exact (masks only)."""
+    inputs = make_inputs()
+    probe = torch.randn(90, 32, generator=torch.Generator().manual_seed(4))
+    exact = grad_tools.gradients(plain, inputs, probe)
+    for stochastic, check in ((True, lambda r: r < 2.0), (False, lambda r: r > 10.0)):
+        config = CompressionConfig(bits=2, stochastic=stochastic)
+        samples = grad_tools.draws(fused(config), inputs, probe, range(64))
+        for position in (0, 1, 2, 4):
+            ratio = grad_tools.bias_ratio([s[position] for s in samples], exact[position])
+            assert check(ratio), (stochastic, position, ratio)
+
+
+def test_saves_two_factors_and_two_masks_not_four_activations():
+    ego, neighbors, *weights = make_inputs(n=400)
+    w1, b1, w2, b2 = map(torch.nn.Parameter, weights)  # held by the model: never counted
+    config = CompressionConfig(bits=2)
+    with ActivationMeter() as meter:
+        out = fused(config)(ego, neighbors, w1, b1, w2, b2)
+    factor = 400 * 64 / 4 + 400 * 4  # 2-bit codes and a 16-bit scale and zero per row
+    masks = 2 * 400 * 32 / 8
+    assert out.requires_grad
+    assert meter.total_bytes == factor * 2 + masks
+    with ActivationMeter() as meter:
+        composed = leaky_relu(linear(ego + neighbors, w1, b1, config=config), SLOPE, config=config)
+        product = linear(mul(ego, neighbors, config=config), w2, b2, config=config)
+        composed = composed + leaky_relu(product, SLOPE, config=config)
+    assert meter.total_bytes == factor * 4 + masks
+
+    table = torch.nn.Parameter(ego.detach().clone())  # the first layer: ego is the embedding table
+    with ActivationMeter() as meter:
+        out = fused(config)(table, neighbors, w1, b1, w2, b2)
+    assert meter.total_bytes == factor + masks  # the table is held anyway: kept as it is
