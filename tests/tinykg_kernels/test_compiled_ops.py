@@ -46,6 +46,7 @@ CASES = [  # bits, scheme, input dtype, parameter dtype, group_size, shape
     (2, "uniform", torch.float64, torch.float32, None, (40, 8)),
     (2, "uniform", torch.float32, torch.bfloat16, None, (20, 10)),  # 10 % 4 != 0: the eager path
     (4, "uniform", torch.float32, torch.bfloat16, 100, (7, 30)),  # a short last group beside
+    (4, "uniform", torch.float32, torch.bfloat16, 6, (5, 12)),  # 6 % 4 != 0: int16 words
     (2, "uniform", torch.float32, torch.bfloat16, 64, (4, 10)),  # one short group: eager
 ]
 

@@ -22,7 +22,7 @@ def lowbias32(x: int) -> int:
 
 def reference_noise(seed: int, i: int) -> float:
     k0, k1 = seed & M32, (seed >> 32) & M32
-    h = lowbias32((lowbias32(i ^ k0) + k1) & M32)
+    h = lowbias32(((i + k1) & M32) ^ k0)
     return (h >> 8) / 2**24
 
 

@@ -87,12 +87,23 @@ def _pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
     """`packing.pack_codes` for full groups, through integer words (contiguous, vectorizes)."""
     if bits == 8:
         return codes
+    if bits == 4 and codes.shape[-1] % 4 == 0:
+        return _pack_4_bits_through_int32(codes)
     per_byte, mask = 8 // bits, (1 << bits) - 1
     words = codes.view(_WORD_DTYPES[bits])
     packed = words & mask
     for k in range(1, per_byte):
         packed = packed | ((words >> (k * (8 - bits))) & (mask << (k * bits)))
     return packed.to(torch.uint8)
+
+
+def _pack_4_bits_through_int32(codes: torch.Tensor) -> torch.Tensor:
+    """`_pack` at 4 bits with int32 words of four codes, two packed bytes each (inductor leaves
+    int16 word arithmetic scalar)."""
+    words = codes.view(torch.int32)  # codes c0..c3 at bits 0, 8, 16, 24
+    packed = (words & 0xF) | ((words >> 4) & 0xF0) | ((words >> 8) & 0xF00)
+    packed = packed | ((words >> 12) & 0xF000)  # c0 | c1 << 4 | c2 << 8 | c3 << 12
+    return packed.to(torch.int16).view(torch.uint8)
 
 
 def _spread_nibble(nibble: torch.Tensor) -> torch.Tensor:

@@ -4,14 +4,16 @@
 quantize loop; a hash of the index is a few integer operations per element that inductor vectorizes
 with everything else. Element `i` of a tensor quantized with seed `s` gets
 
-    h = mix(mix(i ^ k0) + k1),   u = (h >> 8) / 2**24          (k0, k1 = low, high 32 bits of s)
+    h = mix((i + k1) ^ k0),   u = (h >> 8) / 2**24          (k0, k1 = low, high 32 bits of s)
 
 where `mix` is the `lowbias32` integer finalizer (C. Wellons, "Prospecting for Hash Functions",
-2018): a bijection on 32-bit words with near-ideal avalanche. For a fixed `i`, `i ^ k0` is uniform
-over 32-bit words when the seed is, and `mix` is a bijection, so `u` is exactly uniform on the grid
+2018): a bijection on 32-bit words with near-ideal avalanche, so neighbouring elements get
+uncorrelated noise from one round. For a fixed `i`, `(i + k1) ^ k0` is uniform over 32-bit words
+when the seed is, and `mix` is a bijection, so `u` is exactly uniform on the grid
 `{0, 1, ..., 2**24 - 1} / 2**24` over seeds: stochastic rounding against it is unbiased up to 2**-25
-of a step. Arithmetic is on int32, which wraps; the logical right shifts of the C original are
-arithmetic shifts with the sign-extended bits masked off.
+of a step. (A second round, `mix(mix(i ^ k0) + k1)`, cost 9% more quantize time and bought nothing
+these properties need.) Arithmetic is on int32, which wraps; the logical right shifts of the C
+original are arithmetic shifts with the sign-extended bits masked off.
 """
 
 from __future__ import annotations
@@ -55,5 +57,5 @@ def counter_noise(keys: torch.Tensor, numel: int, start: int = 0) -> torch.Tenso
             f"{start + numel}); use the torch backend for larger tensors"
         )
     index = torch.arange(start, start + numel, dtype=torch.int32, device=keys.device)
-    h = mix(mix(index ^ keys[0]) + keys[1])
+    h = mix((index + keys[1]) ^ keys[0])
     return _shr(h, 8).float() * _INV_2_24
