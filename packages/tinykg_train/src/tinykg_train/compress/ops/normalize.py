@@ -25,8 +25,8 @@ class L2Normalize(torch.autograd.Function):
     def forward(
         ctx: Any, x: torch.Tensor, dim: int, eps: float, config: CompressionConfig
     ) -> torch.Tensor:
-        out = F.normalize(x, p=2.0, dim=dim, eps=eps)
         norm = x.norm(p=2, dim=dim, keepdim=True)
+        out = x / norm.clamp_min(eps)  # F.normalize's own arithmetic, with the norms computed once
         stored = compress(out, config.for_normalized())
         save(ctx, stored, norm)
         offer_rescaled(x, stored, norm, eps, config.for_normalized())
@@ -36,10 +36,9 @@ class L2Normalize(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         out, norm = load(ctx)
-        unclamped = norm >= ctx.eps
-        denom = norm.clamp_min(ctx.eps)
-        radial = out * (grad * out).sum(dim=ctx.dim, keepdim=True)
-        grad_x = (grad - radial * unclamped) / denom
+        radial = (grad * out).sum(dim=ctx.dim, keepdim=True) * (norm >= ctx.eps)
+        # (g - y <g, y>) / n, in one buffer
+        grad_x = torch.addcmul(grad, out, radial, value=-1).div_(norm.clamp_min(ctx.eps))
         return grad_x, None, None, None
 
 
