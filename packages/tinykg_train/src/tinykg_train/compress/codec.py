@@ -19,6 +19,7 @@ from tinykg_kernels import QuantizedTensor, dequantize, quantize, unproject
 from tinykg_kernels import project as random_projection
 from tinykg_train.compress import stack
 from tinykg_train.compress.config import BITS, CompressionConfig
+from tinykg_train.compress.gathered import gathered_rows
 from tinykg_train.compress.masks import PackedMask
 
 
@@ -158,7 +159,8 @@ def compress(
     """`tensor` compressed per `config`, or the tensor itself when it is not worth compressing.
 
     Parameters and registered buffers are returned as they are: they are held anyway, so a
-    quantized copy would cost time and accuracy and save nothing.
+    quantized copy would cost time and accuracy and save nothing. Rows gathered from a parameter
+    are stored as their indices (`gathered.Gathered`), exactly.
 
     `project=True` (linear inputs) applies the config's random projection first;
     `exact_positives=True` (ReLU outputs) also keeps a 1-bit mask of x > 0 (see `Compressed`). Inside a
@@ -168,6 +170,9 @@ def compress(
     """
     if tensor is None or not worth_compressing(tensor, config) or stack.is_persistent(tensor):
         return tensor
+    rows = gathered_rows(tensor)
+    if rows is not None:  # rows of a parameter: their indices rebuild them exactly
+        return rows
     return stack.cached(
         _kind(config, project, exact_positives),
         tensor,

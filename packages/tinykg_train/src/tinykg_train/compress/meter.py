@@ -31,7 +31,8 @@ def _stored_tensors(stored: Any) -> list[torch.Tensor]:
         if stored.layout == torch.sparse_csr:
             return [stored.crow_indices(), stored.col_indices(), stored.values()]
         return [stored]
-    return [t for t in stored.parts() if t is not None]
+    # a part may be a parameter (the table `Gathered` rows are rebuilt from): held anyway
+    return [t for t in stored.parts() if t is not None and not stack.is_persistent(t)]
 
 
 def _storage_bytes(tensor: torch.Tensor) -> int:

@@ -1,0 +1,63 @@
+"""Rows gathered from a parameter, stored as their indices rather than quantized.
+
+`weight.index_select(0, index)` of a parameter (KGAT's TransR projects such rows in every KG step;
+every model's L2 penalty squares them) needs no rounding at all: the parameter is held anyway and
+does not change before backward (an in-place update would trip autograd's version check), so the
+rows are rebuilt exactly from it and the index, in the narrowest integer dtype. Views of the
+gathered rows (`chunk`, `split`) are rebuilt the same way, then viewed again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from tinykg_train.compress import stack
+from tinykg_train.compress.ops.indices import compact_index, widen_index
+
+View = tuple[tuple[int, ...], tuple[int, ...], int]  # size, stride, offset within the rows
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """`weight.index_select(0, index)` (then `view`, when set), rebuilt on `decode()`."""
+
+    weight: torch.Tensor
+    index: torch.Tensor
+    view: View | None = None
+
+    def decode(self) -> torch.Tensor:
+        rows = self.weight.index_select(0, widen_index(self.index))
+        return rows if self.view is None else rows.as_strided(*self.view)
+
+    @property
+    def nbytes(self) -> int:
+        return self.index.numel() * self.index.element_size()  # the weight is held anyway
+
+    def parts(self) -> tuple[torch.Tensor, ...]:
+        return (self.weight, self.index)
+
+    def meta(self) -> View | None:
+        return self.view
+
+    @classmethod
+    def rebuild(cls, meta: View | None, parts: tuple[torch.Tensor, ...]) -> Gathered:
+        return cls(parts[0], parts[1], meta)
+
+
+def gathered_rows(tensor: torch.Tensor) -> Gathered | None:
+    """`tensor` as rows of a parameter (or a view of them), when autograd made it so; else None."""
+    base = tensor if tensor._base is None else tensor._base
+    node = base.grad_fn
+    if type(node).__name__ != "IndexSelectBackward0" or node._saved_dim != 0:
+        return None
+    source = node.next_functions[0][0]
+    weight = getattr(source, "variable", None)  # an AccumulateGrad: the rows of a leaf
+    if weight is None or not stack.is_persistent(weight) or weight.dim() != 2:
+        return None
+    index = compact_index(node._saved_index, weight.shape[0])
+    if base is tensor:
+        return Gathered(weight, index)
+    offset = tensor.storage_offset() - base.storage_offset()
+    return Gathered(weight, index, (tuple(tensor.shape), tuple(tensor.stride()), offset))

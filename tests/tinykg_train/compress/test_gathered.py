@@ -1,0 +1,70 @@
+"""Rows gathered from a parameter are stored as their indices and rebuilt exactly."""
+
+import pytest
+import torch
+
+from tinykg_train.compress import ActivationMeter, CompressionConfig, compress_saved_tensors
+from tinykg_train.compress.codec import Compressed, compress, decompress
+from tinykg_train.compress.gathered import Gathered
+from tinykg_train.compress.ops import mul
+
+CONFIG = CompressionConfig(bits=2)
+
+
+def table_and_index(rows: int = 300):
+    gen = torch.Generator().manual_seed(0)
+    table = torch.nn.Parameter(torch.randn(rows, 64, generator=gen))
+    return table, torch.randint(0, rows, (500,), generator=gen)
+
+
+def test_rows_of_a_parameter_are_stored_as_narrow_indices_and_rebuilt_exactly():
+    table, index = table_and_index()
+    rows = table.index_select(0, index)
+    stored = compress(rows, CONFIG)
+    assert isinstance(stored, Gathered)
+    assert stored.index.dtype == torch.uint16 and stored.nbytes == 500 * 2
+    assert torch.equal(decompress(stored), rows)
+    rebuilt = Gathered.rebuild(stored.meta(), stored.parts())
+    assert torch.equal(rebuilt.decode(), rows)
+
+
+def test_views_of_the_rows_are_rebuilt_as_the_same_views():
+    table, index = table_and_index()
+    for piece in (*table.index_select(0, index).chunk(3), table.index_select(0, index)[:, 8:40]):
+        stored = compress(piece, CONFIG)
+        assert isinstance(stored, Gathered)
+        assert torch.equal(stored.decode(), piece)
+
+
+def test_other_gathers_are_quantized():
+    table, index = table_and_index()
+    activation = table * 2  # not a parameter: its rows are not held by anyone
+    assert isinstance(compress(activation.index_select(0, index), CONFIG), Compressed)
+    columns = table.index_select(1, torch.arange(32))
+    assert isinstance(compress(columns, CONFIG), Compressed)
+    with torch.no_grad():  # no autograd record: nothing says where the rows came from
+        assert isinstance(compress(table.index_select(0, index), CONFIG), Compressed)
+
+
+def test_gradients_through_saved_rows_are_exact_and_only_the_index_is_counted():
+    table, index = table_and_index()
+    other = torch.randn(500, 64, requires_grad=True)
+    with compress_saved_tensors(CONFIG), ActivationMeter() as meter:
+        rows = table.index_select(0, index)
+        out = mul(rows, other, config=CONFIG) + (rows**2).sum()  # an op and the generic hooks
+    # index_select's own int64 index, the uint16 copy both saves share, `other` at 2 bits
+    assert meter.total_bytes == 500 * 8 + 500 * 2 + (500 * 64 / 4 + 500 * 4)
+    exact_rows = table.detach().index_select(0, index)
+    probe = torch.randn(500, 64)
+    (grad_other,) = torch.autograd.grad((out * probe).sum(), [other])
+    assert torch.equal(grad_other, probe * exact_rows)  # read from the rebuilt rows: exact
+
+
+def test_an_update_of_the_table_before_backward_is_refused():
+    table, index = table_and_index()
+    other = torch.randn(500, 64, requires_grad=True)
+    out = mul(table.index_select(0, index), other, config=CONFIG)
+    with torch.no_grad():
+        table.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
