@@ -109,3 +109,61 @@ def test_saves_two_factors_and_two_masks_not_four_activations():
     with ActivationMeter() as meter:
         out = fused(config)(table, neighbors, w1, b1, w2, b2)
     assert meter.total_bytes == factor + masks  # the table is held anyway: kept as it is
+
+
+def propagation(n: int = 90, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A sparse-ish neighbor matrix with no self-loops (what keeps the recomputed product unbiased)."""
+    gen = torch.Generator().manual_seed(5)
+    matrix = (torch.rand(n, n, generator=gen) < 0.1).to(dtype) * torch.rand(n, n, generator=gen)
+    return matrix.fill_diagonal_(0).to_sparse_csr()
+
+
+def through_graph(matrix, config):
+    """The layer's use: neighbors = A ego, and the op told how to recompute them."""
+
+    def op(ego, w1, b1, w2, b2):
+        neighbors_of = lambda x: matrix @ x  # noqa: E731
+        return bi_interaction(
+            ego, neighbors_of(ego), w1, b1, w2, b2, SLOPE, config=config, neighbors_of=neighbors_of
+        )
+
+    return op
+
+
+def plain_through_graph(matrix):
+    return lambda ego, w1, b1, w2, b2: plain(ego, matrix @ ego, w1, b1, w2, b2)
+
+
+def test_recomputed_neighbors_give_the_plain_gradients(exact_functions, grad_tools):
+    ego, _, w1, b1, w2, b2 = make_inputs(torch.float64)
+    matrix = propagation(dtype=torch.float64)
+    probe = torch.randn(90, 32, dtype=torch.float64)
+    inputs = (ego, w1, b1, w2, b2)
+    ours = grad_tools.gradients(through_graph(matrix, exact_functions), inputs, probe)
+    reference = grad_tools.gradients(plain_through_graph(matrix), inputs, probe)
+    for x, y in zip(ours, reference, strict=True):
+        torch.testing.assert_close(x, y)
+
+
+def test_recomputed_neighbors_keep_the_2_bit_gradients_unbiased(grad_tools):
+    ego, _, w1, b1, w2, b2 = make_inputs()
+    matrix, inputs = propagation(), (ego, w1, b1, w2, b2)
+    probe = torch.randn(90, 32, generator=torch.Generator().manual_seed(4))
+    exact = grad_tools.gradients(plain_through_graph(matrix), inputs, probe)
+    for stochastic, check in ((True, lambda r: r < 2.0), (False, lambda r: r > 10.0)):
+        config = CompressionConfig(bits=2, stochastic=stochastic)
+        samples = grad_tools.draws(through_graph(matrix, config), inputs, probe, range(64))
+        for position in (0, 1, 3):  # ego, W1, W2
+            ratio = grad_tools.bias_ratio([s[position] for s in samples], exact[position])
+            assert check(ratio), (stochastic, position, ratio)
+
+
+def test_recomputed_neighbors_are_not_stored():
+    ego, _, *weights = make_inputs(n=400)
+    w1, b1, w2, b2 = map(torch.nn.Parameter, weights)
+    matrix = propagation(400)
+    config = CompressionConfig(bits=2)
+    with ActivationMeter() as meter:
+        out = through_graph(matrix, config)(ego, w1, b1, w2, b2)
+    assert out.requires_grad
+    assert meter.total_bytes == (400 * 64 / 4 + 400 * 4) + 2 * 400 * 32 / 8  # ego and two masks

@@ -73,6 +73,8 @@ class BiInteractionLayer(nn.Module):
             self.product_linear.bias,
             self.negative_slope,
             config=c,
+            # the neighbors are recomputed from the stored ego in backward, not stored
+            neighbors_of=lambda x: graph(x, attention),
         )
         out = ops.dropout(out, self.dropout, self.training, config=c)
         return out, ops.l2_normalize(out, dim=-1, config=c)

@@ -9,10 +9,19 @@ first layer, which is kept as it is, then the previous layer's output, which its
 holds) and the two 1-bit LeakyReLU masks, and rebuilds e + n and e * n from the decoded factors in
 backward. The weight gradients stay unbiased: e + n is linear in the factors, and e * n is a
 product of two independently rounded factors. The forward is the plain ops', bit for bit.
+
+KGAT's n is itself a linear function of e (the attention-weighted sum over each node's neighbors,
+the attention fixed during the step): given that function (`neighbors_of`), n is not stored at all
+but recomputed from the decoded e in backward, one sparse product (on music-kgcn's 11k x 64, 0.7 ms
+on one CPU core against 1.1 ms to quantize and dequantize n). e * n then multiplies two functions
+of one rounded e; it stays unbiased when no node is its own neighbor (the rounding of different
+elements is independent), and a self-loop adds a bias of the order of that element's rounding
+variance.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -48,19 +57,20 @@ class CompressedBiInteraction(torch.autograd.Function):
         product_bias: torch.Tensor | None,
         slope: float,
         config: CompressionConfig,
+        neighbors_of: Callable[[torch.Tensor], torch.Tensor] | None,
     ) -> torch.Tensor:
         summed = F.linear(ego + neighbors, sum_weight, sum_bias)
         product = F.linear(ego * neighbors, product_weight, product_bias)
         save(
             ctx,
             compress(ego, config),
-            compress(neighbors, config),
+            compress(neighbors, config) if neighbors_of is None else None,
             PackedMask.pack(summed > 0),
             PackedMask.pack(product > 0),
             sum_weight,
             product_weight,
         )
-        ctx.slope, ctx.shape = slope, ego.shape
+        ctx.slope, ctx.shape, ctx.neighbors_of = slope, ego.shape, neighbors_of
         return F.leaky_relu(summed, slope).add_(F.leaky_relu(product, slope))
 
     @staticmethod
@@ -68,7 +78,12 @@ class CompressedBiInteraction(torch.autograd.Function):
         ego, neighbors, sum_positive, product_positive, sum_weight, product_weight = load(
             ctx, decode=False
         )
-        ego, neighbors = decompress(ego), decompress(neighbors)
+        ego = decompress(ego)
+        if ctx.neighbors_of is None:
+            neighbors = decompress(neighbors)
+        else:
+            with torch.no_grad():
+                neighbors = ctx.neighbors_of(ego)
         needs, width = ctx.needs_input_grad, ego.shape[-1]
         ego, neighbors = ego.reshape(-1, width), neighbors.reshape(-1, width)
         grad = grad.reshape(-1, grad.shape[-1])
@@ -102,6 +117,7 @@ class CompressedBiInteraction(torch.autograd.Function):
             grad_product_bias,
             None,
             None,
+            None,
         )
 
 
@@ -115,9 +131,14 @@ def bi_interaction(
     negative_slope: float = 0.2,
     *,
     config: CompressionConfig,
+    neighbors_of: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """`LeakyReLU(W1 (ego + neighbors) + b1) + LeakyReLU(W2 (ego * neighbors) + b2)`; with
-    `config.bits < 32` only the two factors (compressed) and two 1-bit masks are saved."""
+    `config.bits < 32` only the two factors (compressed) and two 1-bit masks are saved.
+
+    `neighbors_of`: the linear map with `neighbors == neighbors_of(ego)`, unchanged until backward
+    (KGAT's attention-weighted propagation): then only `ego` is saved, and backward recomputes the
+    neighbors from it."""
     args = (ego, neighbors, sum_weight, sum_bias, product_weight, product_bias)
     if ego.shape != neighbors.shape:
         raise ValueError(
@@ -126,4 +147,6 @@ def bi_interaction(
         )
     if not config.enabled:
         return _plain(*args, float(negative_slope))
-    return apply_compressed(CompressedBiInteraction, *args, float(negative_slope), config)
+    return apply_compressed(
+        CompressedBiInteraction, *args, float(negative_slope), config, neighbors_of
+    )
