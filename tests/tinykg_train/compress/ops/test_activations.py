@@ -85,3 +85,18 @@ def test_masks_cost_one_bit_per_element(op):
         out = op(x, CompressionConfig(bits=2))
     assert meter.total_bytes == (x.numel() + 7) // 8
     assert out.requires_grad
+
+
+def test_dropout_of_a_large_activation_is_f_dropout_value_for_value(grad_tools):
+    """Large enough for the compiled mask codec: the same draws, outputs and gradients."""
+    x = torch.randn(300, 64, generator=torch.Generator().manual_seed(2)).requires_grad_()
+    probe = torch.randn(300, 64)
+    results = []
+    for op in (
+        lambda x: dropout(x, 0.1, True, config=CompressionConfig(bits=2)),
+        lambda x: F.dropout(x, 0.1, True),
+    ):
+        torch.manual_seed(3)
+        out = op(x)
+        results.append((out.detach(), torch.autograd.grad((out * probe).sum(), x)[0]))
+    assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])

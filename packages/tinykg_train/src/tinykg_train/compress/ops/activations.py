@@ -2,8 +2,8 @@
 
 The backward of each needs only where the input was positive (ReLU, LeakyReLU) or which elements
 were kept (dropout): one bit per element instead of the 32 of the saved activation (ReLU) or the 8 of
-a bool mask (dropout). The dropout mask is exactly the forward's: the forward is `torch.native_dropout`,
-the op `F.dropout` runs, which returns its mask.
+a bool mask (dropout). The dropout mask is exactly the forward's: the forward is the arithmetic `F.dropout`
+runs on the CPU, whose noise tensor is 0 or 1 / (1 - p).
 """
 
 from __future__ import annotations
@@ -40,17 +40,23 @@ class MaskedReLU(torch.autograd.Function):
 
 
 class MaskedDropout(torch.autograd.Function):
+    """`F.dropout`'s own CPU arithmetic (noise = bernoulli(1 - p) / (1 - p), out = x * noise: the same
+    draws and values as the plain op), saving which elements were kept at one bit instead of the
+    noise tensor. (`torch.native_dropout` multiplies by a bool mask, an unvectorized loop on the
+    CPU.)"""
+
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, p: float) -> torch.Tensor:
-        out, keep = torch.native_dropout(x, p, True)
-        save(ctx, PackedMask.pack(keep))
-        ctx.scale = 1.0 / (1.0 - p) if p < 1 else 0.0
-        return out
+        noise = torch.empty_like(x).bernoulli_(1 - p)
+        save(ctx, PackedMask.pack(noise.to(torch.bool)))
+        ctx.p = p
+        return x * noise.div_(1 - p)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        (keep,) = load(ctx)
-        return torch.ops.aten.native_dropout_backward(grad, keep, ctx.scale), None
+        (keep,) = load(ctx, decode=False)
+        noise = keep.decode(grad.dtype).div_(1 - ctx.p)  # the forward's noise, value for value
+        return grad * noise, None
 
 
 def relu(x: torch.Tensor, *, config: CompressionConfig) -> torch.Tensor:
@@ -75,6 +81,6 @@ def dropout(
     """`F.dropout(x, p, training)`; with `config.bits < 32` saves the keep mask at 1 bit."""
     if not 0 <= p <= 1:
         raise ValueError(f"dropout probability 'p' needs to be in [0, 1] (got {p})")
-    if not config.enabled or not training or p == 0:
+    if not config.enabled or not training or p in (0, 1):  # p = 1: zeros, nothing to save
         return F.dropout(x, p, training)
     return apply_compressed(MaskedDropout, x, float(p))
