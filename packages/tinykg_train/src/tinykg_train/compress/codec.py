@@ -137,7 +137,7 @@ def _compress(
         # trainer reports as divergence
         check_finite=False,
     )
-    positive = PackedMask.pack(values > 0) if exact_positives else None
+    positive = PackedMask.positive(values) if exact_positives else None
     return Compressed(quantized, projection, positive)
 
 

@@ -24,7 +24,7 @@ class MaskedReLU(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, negative_slope: float) -> torch.Tensor:
         out = F.relu(x) if negative_slope == 0 else F.leaky_relu(x, negative_slope)
-        save(ctx, PackedMask.pack(x > 0))
+        save(ctx, PackedMask.positive(x))
         ctx.negative_slope = negative_slope
         return out
 

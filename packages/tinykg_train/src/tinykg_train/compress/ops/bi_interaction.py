@@ -65,8 +65,8 @@ class CompressedBiInteraction(torch.autograd.Function):
             ctx,
             compress(ego, config),
             compress(neighbors, config) if neighbors_of is None else None,
-            PackedMask.pack(summed > 0),
-            PackedMask.pack(product > 0),
+            PackedMask.positive(summed),
+            PackedMask.positive(product),
             sum_weight,
             product_weight,
         )
