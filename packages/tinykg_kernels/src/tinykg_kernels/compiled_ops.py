@@ -1,4 +1,5 @@
-"""The `compiled` backend: the reference codec fused by torch.compile (inductor) for CPU tensors.
+"""The `compiled` backend: the reference codec fused by inductor (torch.compile's compiler) for CPU
+tensors.
 
 The eager torch path makes about ten passes over a tensor (min, max, shift, scale, noise, floor,
 clamp, cast, pack) and draws its noise with `torch.rand`; on one CPU core that is ~0.6 GB/s. Here
@@ -12,14 +13,14 @@ What compiles: groups whose length is a multiple of the codes per byte, fewer th
 on a little-endian CPU; a short last group (blocks that do not divide the tensor) runs eagerly beside
 them. Anything else runs the same math eagerly. One compile per (bits, scheme, dtypes, group
 length): a few seconds the first time in a process (inductor's on-disk cache shortens it later);
-the number of groups is dynamic.
+the number of groups is dynamic. The graphs are traced with make_fx and called directly, without
+dynamo's per-call frame evaluation (`_compile_with_dynamic_groups`).
 """
 
 from __future__ import annotations
 
 import functools
 import sys
-import types
 import warnings
 from collections.abc import Callable
 
@@ -190,19 +191,54 @@ _BODIES = {
 # -- compiling ---------------------------------------------------------------------------------------
 
 
-def _own_code(fn: Callable, name: str) -> Callable:
-    """`fn` with a code object of its own: dynamo caches compiled graphs per code object (at most
-    `recompile_limit` of them), and each key here is a different graph."""
-    code = fn.__code__.replace(co_name=name)
-    return types.FunctionType(code, fn.__globals__, name, fn.__defaults__, fn.__closure__)
+def _signature(args: tuple[torch.Tensor, ...], per_group: int) -> tuple:
+    """What a graph is specialized to besides its key: each argument's dtype and its sizes, past
+    the (dynamic) group dimension for the first `per_group` arguments."""
+    return tuple(
+        (arg.dtype, tuple(arg.shape[1:]) if i < per_group else tuple(arg.shape))
+        for i, arg in enumerate(args)
+    )
 
 
 @functools.cache
-def _compiled(kind: str, key: tuple) -> Callable:
-    """One compiled function per body `kind` and `key` (the codec's ends with the group length)."""
-    body = _BODIES[kind](*key)
-    name = "_".join([kind, *(str(k).replace("torch.", "") for k in key)])
-    return torch.compile(_own_code(body, name), dynamic=False, options=COMPILE_OPTIONS)
+def _compiled(kind: str, key: tuple, signature: tuple, per_group: int) -> Callable:
+    """One compiled function per body `kind`, `key` (the codec's ends with the group length) and
+    argument `signature`; any number of groups runs it."""
+    return _compile_with_dynamic_groups(_BODIES[kind](*key), signature, per_group)
+
+
+def _compile_with_dynamic_groups(body: Callable, signature: tuple, per_group: int) -> Callable:
+    """`body` traced once (make_fx) with the group count symbolic and every other size static, then
+    compiled by inductor. The result is called directly: torch.compile would evaluate the frame
+    and check its guards on every call, ~20 us each, and a training epoch makes hundreds of calls.
+    (What those guards would catch cannot change here: the signature is the cache key, and the
+    callers pass contiguous tensors.)"""
+    from torch._inductor import compile as inductor_compile
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.experimental.symbolic_shapes import (
+        DimDynamic,
+        ShapeEnv,
+        StatelessSymbolicContext,
+    )
+
+    # the bodies build small constant tensors (level tables, NaN) while tracing: real, allowed
+    fake_mode = FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True)
+    examples = []
+    for i, (dtype, sizes) in enumerate(signature):
+        if i < per_group:  # one symbol for the groups of every argument (same size hint)
+            dynamic = [DimDynamic.DYNAMIC] + [DimDynamic.STATIC] * len(sizes)
+            example = torch.empty((_GROUPS_HINT, *sizes), dtype=dtype)
+            context = StatelessSymbolicContext(dynamic_sizes=dynamic)
+            examples.append(fake_mode.from_tensor(example, symbolic_context=context))
+        else:
+            example = torch.empty(sizes, dtype=dtype)
+            examples.append(fake_mode.from_tensor(example, static_shapes=True))
+    graph = make_fx(body, tracing_mode="symbolic")(*examples)
+    return inductor_compile(graph, examples, options=COMPILE_OPTIONS)
+
+
+_GROUPS_HINT = 4096  # the group count inductor's size heuristics assume (a typical activation)
 
 
 def _run_compiled(kind: str, key: tuple, eager: Callable, *args: torch.Tensor, per_group: int):
@@ -210,10 +246,9 @@ def _run_compiled(kind: str, key: tuple, eager: Callable, *args: torch.Tensor, p
     dynamic size: any number of groups runs the same graph); on a compile failure, warn once,
     switch the backend off for this process and run `eager`."""
     global _failure
-    for arg in args[:per_group]:
-        torch._dynamo.maybe_mark_dynamic(arg, 0)
+    args = tuple(arg.contiguous() for arg in args)  # the compiled code assumes dense strides
     try:
-        return _compiled(kind, key)(*args)
+        return _compiled(kind, key, _signature(args, per_group), per_group)(*args)
     except Exception as exc:  # no C++ compiler, an inductor bug: the eager path is the same math
         if _failure is None:
             _failure = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"
