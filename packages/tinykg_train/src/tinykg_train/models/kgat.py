@@ -186,8 +186,8 @@ class KGAT(EmbeddingRecommender):
         projected = self.project(torch.stack([heads, tails, neg_heads, neg_tails]), relations)
         relation_vectors = self.relation_embedding.index_select(0, relations)
         ph, pt, nh, nt = projected
-        pos_score = (ph + relation_vectors - pt).pow(2).sum(-1)
-        neg_score = (nh + relation_vectors - nt).pow(2).sum(-1)
+        pos_score = ops.squared_distance(ph, relation_vectors, pt, config=self.compression)
+        neg_score = ops.squared_distance(nh, relation_vectors, nt, config=self.compression)
         loss = softplus_mean(pos_score - neg_score)  # margins kept exact: see losses.softplus_mean
         if self.l2 > 0:
             loss = loss + self.l2 * l2_penalty([ph, relation_vectors, pt, nh, nt])

@@ -9,6 +9,7 @@ uncompressed.
 
 from tinykg_train.compress.ops.activations import dropout, leaky_relu, relu
 from tinykg_train.compress.ops.bi_interaction import bi_interaction
+from tinykg_train.compress.ops.distance import squared_distance
 from tinykg_train.compress.ops.elementwise import mul
 from tinykg_train.compress.ops.embedding import embedding
 from tinykg_train.compress.ops.grouped_linear import grouped_linear
@@ -29,4 +30,5 @@ __all__ = [
     "mul",
     "relu",
     "spmm",
+    "squared_distance",
 ]
