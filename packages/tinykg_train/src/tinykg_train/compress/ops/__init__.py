@@ -1,10 +1,10 @@
 """Autograd ops with an exact forward that save compressed activations for backward.
 
 Every op takes `config=` (a `CompressionConfig`). With `config.bits == 32` the elementwise ops,
-`linear`, `grouped_linear`, `embedding`, `l2_normalize` and `bi_interaction` (KGAT's aggregator,
-fused so that it saves only its two factors) are the plain torch ops; `spmm` and
-`edge_softmax` (which torch lacks) are Functions that save the minimum their gradients need,
-uncompressed.
+`linear`, `embedding`, `l2_normalize`, `squared_distance` and `bi_interaction` (KGAT's aggregator,
+fused so that it saves only its two factors) are the plain torch ops; `spmm` and `edge_softmax`
+(which torch lacks) and `grouped_linear` (whose plain autograd would be slow) are Functions that
+save the minimum their gradients need, uncompressed.
 """
 
 from tinykg_train.compress.ops.activations import dropout, leaky_relu, relu

@@ -57,7 +57,8 @@ def grouped_linear(
     """Rows `x[start_g : start_g + counts[g]] @ weight[g]` for consecutive groups g, concatenated.
 
     `x [sum(counts), in]`, `weight [G, in, out]`, `counts`: G group sizes (0 allowed); returns
-    `[sum(counts), out]`. With `config.bits < 32` the input is saved compressed, once.
+    `[sum(counts), out]`. With `config.bits < 32` the input is saved compressed, once; at 32 bits,
+    as it is.
     """
     if weight.dim() != 3 or len(counts) != weight.shape[0]:
         raise ValueError(
@@ -68,6 +69,6 @@ def grouped_linear(
         raise ValueError(
             f"'counts' must add up to the {x.shape[0]} rows of 'x' (got {sum(counts)})"
         )
-    if not config.enabled:
-        return _per_group(x, weight, counts)
+    # also at bits=32 (then saving x as it is): autograd's own backward of the per-group products
+    # would build a zero gradient of the whole weight for every group (its `weight[g]` select)
     return apply_compressed(GroupedLinear, x, weight, counts, config)
