@@ -18,6 +18,9 @@ How it fits together:
   integer dtype. Gradients that are linear in the saved tensor (linear, spmm, mul) are unbiased;
   edge_softmax and l2_normalize have backwards quadratic in their saved output, biased only by an
   O(rounding variance) term.
+- What need not be rounded is not: parameters are kept as they are, rows gathered from a parameter
+  as their indices (`gathered.py`), the input of an L2 normalization as its stored output times
+  the exact norms; KGAT's `bi_interaction` stores only its ego vectors and recomputes the rest.
 - `stack.py` holds one per-thread stack of saved-tensor layers behind one pair of autograd hooks:
   the innermost `compress_saved_tensors` encodes, every `ActivationMeter` observes the stored form,
   whatever the nesting. Parameters and buffers are never compressed or counted. While a block is
