@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -63,3 +64,22 @@ def test_relational_mean_averages_relation_times_neighbor():
     torch.testing.assert_close(out[0], (r[0] * entity[1] + r[1] * entity[2]) / 2)
     torch.testing.assert_close(out[1], r[1] * entity[3])
     assert torch.equal(out[2:], torch.zeros(2, 3))  # no edges in: zero
+
+
+def test_bi_interaction_layer_refuses_a_backward_after_the_attention_changed():
+    """Its backward recomputes the neighbors with the attention: a refresh in between would give
+    a wrong gradient, so it raises instead."""
+    torch.manual_seed(0)
+    graph = CSRGraph(torch.randint(0, 30, (2, 90)), 30)
+    layer = BiInteractionLayer(
+        64, 8, dropout=0.0, negative_slope=0.2, compression=CompressionConfig(bits=2)
+    )
+    attention = torch.rand(graph.num_entries)
+    ego = torch.randn(30, 64, requires_grad=True)
+    out, _ = layer(ego, graph, attention)
+    out.sum().backward()  # fine
+    assert ego.grad is not None
+    out, _ = layer(ego, graph, attention)
+    attention.mul_(2.0)
+    with pytest.raises(RuntimeError, match="attention changed between a forward and its backward"):
+        out.sum().backward()

@@ -35,6 +35,22 @@ class LinearPropagation(nn.Module):
         return graph(x, values)
 
 
+def _propagation(graph: CSRGraph, attention: torch.Tensor):
+    """`x -> graph(x, attention)` for backward to recompute the neighbors with, refusing to run once
+    the attention changed in place since the forward (which would give a wrong gradient)."""
+    version = attention._version
+
+    def neighbors_of(x: torch.Tensor) -> torch.Tensor:
+        if attention._version != version:
+            raise RuntimeError(
+                "KGAT's attention changed between a forward and its backward (refresh_attention ran "
+                "in between): compute the loss again after refreshing the attention"
+            )
+        return graph(x, attention)
+
+    return neighbors_of
+
+
 class BiInteractionLayer(nn.Module):
     """One KGAT layer: attentive propagation, then the bi-interaction aggregator, message dropout.
 
@@ -74,7 +90,7 @@ class BiInteractionLayer(nn.Module):
             self.negative_slope,
             config=c,
             # the neighbors are recomputed from the stored ego in backward, not stored
-            neighbors_of=lambda x: graph(x, attention),
+            neighbors_of=_propagation(graph, attention),
         )
         out = ops.dropout(out, self.dropout, self.training, config=c)
         return out, ops.l2_normalize(out, dim=-1, config=c)
