@@ -45,6 +45,19 @@ def _through_leaky_relu(grad: torch.Tensor, positive: PackedMask, slope: float) 
     return torch.ops.aten.leaky_relu_backward(grad, stand_in, slope, False)
 
 
+def _decoded_factors(ego, neighbors, neighbors_of) -> tuple[torch.Tensor, torch.Tensor]:
+    """The stored ego vectors decoded and the neighbors decoded, or recomputed from them with
+    `neighbors_of`; both as [rows, width]."""
+    ego = decompress(ego)
+    if neighbors_of is None:
+        neighbors = decompress(neighbors)
+    else:
+        with torch.no_grad():
+            neighbors = neighbors_of(ego)
+    width = ego.shape[-1]
+    return ego.reshape(-1, width), neighbors.reshape(-1, width)
+
+
 class CompressedBiInteraction(torch.autograd.Function):
     @staticmethod
     def forward(
@@ -78,14 +91,8 @@ class CompressedBiInteraction(torch.autograd.Function):
         ego, neighbors, sum_positive, product_positive, sum_weight, product_weight = load(
             ctx, decode=False
         )
-        ego = decompress(ego)
-        if ctx.neighbors_of is None:
-            neighbors = decompress(neighbors)
-        else:
-            with torch.no_grad():
-                neighbors = ctx.neighbors_of(ego)
-        needs, width = ctx.needs_input_grad, ego.shape[-1]
-        ego, neighbors = ego.reshape(-1, width), neighbors.reshape(-1, width)
+        ego, neighbors = _decoded_factors(ego, neighbors, ctx.neighbors_of)
+        needs = ctx.needs_input_grad
         grad = grad.reshape(-1, grad.shape[-1])
         grad_sum = _through_leaky_relu(grad, sum_positive, ctx.slope)
         grad_product = _through_leaky_relu(grad, product_positive, ctx.slope)
