@@ -64,7 +64,7 @@ def failure() -> str | None:
     return _failure
 
 
-# -- the fused bodies (traced by dynamo; plain torch, runnable eagerly too) -------------------------
+# -- the fused bodies (traced by make_fx; plain torch, runnable eagerly too) -------------------------
 
 
 def _encode(t: torch.Tensor, u: torch.Tensor | float, max_code: int, constants: tuple | None):
@@ -210,7 +210,7 @@ def _compiled(kind: str, key: tuple, signature: tuple, per_group: int) -> Callab
 def _compile_with_dynamic_groups(body: Callable, signature: tuple, per_group: int) -> Callable:
     """`body` traced once (make_fx) with the group count symbolic and every other size static, then
     compiled by inductor. The result is called directly: torch.compile would evaluate the frame
-    and check its guards on every call, ~20 us each, and a training epoch makes hundreds of calls.
+    and check its guards on every call, and a training epoch makes hundreds of calls.
     (What those guards would catch cannot change here: the signature is the cache key, and the
     callers pass contiguous tensors.)"""
     from torch._inductor import compile as inductor_compile
@@ -241,10 +241,10 @@ def _compile_with_dynamic_groups(body: Callable, signature: tuple, per_group: in
 _GROUPS_HINT = 4096  # the group count inductor's size heuristics assume (a typical activation)
 
 
-def _run_compiled(kind: str, key: tuple, eager: Callable, *args: torch.Tensor, per_group: int):
+def _run_compiled(kind: str, key: tuple, *args: torch.Tensor, per_group: int):
     """The compiled `kind` for `key` on `args`, whose first `per_group` have one row per group (a
     dynamic size: any number of groups runs the same graph); on a compile failure, warn once,
-    switch the backend off for this process and run `eager`."""
+    switch the backend off for this process and run the same body eagerly."""
     global _failure
     args = tuple(arg.contiguous() for arg in args)  # the compiled code assumes dense strides
     try:
@@ -259,7 +259,7 @@ def _run_compiled(kind: str, key: tuple, eager: Callable, *args: torch.Tensor, p
                 RuntimeWarning,
                 stacklevel=3,
             )
-        return eager(*args)
+        return _BODIES[kind](*key)(*args)
 
 
 # -- the backend -------------------------------------------------------------------------------------
@@ -284,9 +284,7 @@ def quantize(
     body, tail = _split(layout)
     x = flat[: body.numel].view(body.n_groups, body.group_len)
     key = (scheme, layout.bits, param_dtype, stochastic, layout.group_len)
-    codes, scale, zero, bad = _run_compiled(
-        "quantize", key, _quantize_body(*key), x, keys, per_group=1
-    )
+    codes, scale, zero, bad = _run_compiled("quantize", key, x, keys, per_group=1)
     if bool(bad.any()):  # NaN/Inf groups store codes 0 and NaN parameters, as in the reference
         codes = codes.masked_fill(bad[:, None], 0)
         # the reference's NaN bits (a vectorized float32-to-bfloat16 conversion writes others)
@@ -319,8 +317,7 @@ def dequantize(
     body, tail = _split(layout)
     n = body.n_groups
     key = (scheme, layout.bits, dtype, layout.group_len)
-    eager = _dequantize_body(*key)
-    values = _run_compiled("dequantize", key, eager, codes[:n], scale[:n], zero[:n], per_group=3)
+    values = _run_compiled("dequantize", key, codes[:n], scale[:n], zero[:n], per_group=3)
     values = values.reshape(-1)
     if tail is None:
         return values
@@ -334,7 +331,7 @@ def pack_bits(flat: torch.Tensor) -> torch.Tensor:
     whole = flat.numel() // 8 * 8
     if _failure is not None or whole == 0:
         return bitmask.pack_bits_eagerly(flat)
-    packed = _run_compiled("pack_bits", (), _pack_bits_body(), flat[:whole], per_group=1)
+    packed = _run_compiled("pack_bits", (), flat[:whole], per_group=1)
     if whole == flat.numel():
         return packed
     return torch.cat([packed, bitmask.pack_bits_eagerly(flat[whole:])])
@@ -344,5 +341,5 @@ def unpack_bits(packed: torch.Tensor, numel: int, dtype: torch.dtype = torch.boo
     """`bitmask.unpack_bits` to a flat CPU tensor of `numel` elements: bool, or 1/0 in `dtype`."""
     if _failure is not None or numel < 8:
         return bitmask.unpack_bits_eagerly(packed, numel).to(dtype)
-    mask = _run_compiled("unpack_bits", (dtype,), _unpack_bits_body(dtype), packed, per_group=1)
+    mask = _run_compiled("unpack_bits", (dtype,), packed, per_group=1)
     return mask[:numel]
