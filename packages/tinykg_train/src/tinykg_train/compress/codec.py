@@ -198,7 +198,9 @@ def offer_rescaled(
     `config`) reuse `Rescaled(scaled, scale, least)` instead of storing `tensor` again: the output
     of an L2 normalization and its norms already hold its input, which KGAT's next layer saves."""
     if isinstance(scaled, Compressed) and scaled.projection is None and scaled.positive is None:
-        stack.offer(_kind(config, False, False), tensor, Rescaled(scaled, scale, least))
+        # held under the kind `compress(tensor, config)` looks up (unless a stored form is already)
+        rescaled = Rescaled(scaled, scale, least)
+        stack.cached(_kind(config, False, False), tensor, lambda _: rescaled)
 
 
 def decompress(item: torch.Tensor | Compressed | None) -> torch.Tensor | None:

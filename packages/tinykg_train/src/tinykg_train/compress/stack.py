@@ -123,17 +123,6 @@ def cached(
     return value
 
 
-def offer(kind: Any, tensor: torch.Tensor, value: Any) -> None:
-    """Record `value` as what `cached(kind, tensor, ...)` returns for this tensor version (unless
-    one is held already): a stored form an op made by other means."""
-    key = tensor_key(tensor) if _state.layers else None
-    if key is None:
-        return
-    entry = _state.cache.get((kind, key))
-    if entry is None or entry[0]() is None:
-        _state.cache[(kind, key)] = (weakref.ref(tensor.untyped_storage()), value)
-
-
 @contextlib.contextmanager
 def precompressed() -> Iterator[None]:
     """Mark tensors saved in this block as already compressed by an op: store them as they are."""
