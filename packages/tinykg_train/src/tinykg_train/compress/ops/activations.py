@@ -31,12 +31,18 @@ class MaskedReLU(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         (positive,) = load(ctx, decode=False)
-        stand_in = positive.decode(grad.dtype)  # 1 where x > 0, else 0
-        if ctx.negative_slope == 0:
-            return grad * stand_in, None
-        # torch's own LeakyReLU backward on the 1/0 stand-in for x: grad where > 0, else
-        # grad * slope (on the CPU 7x faster than torch.where on the bool mask)
-        return torch.ops.aten.leaky_relu_backward(grad, stand_in, ctx.negative_slope, False), None
+        return through_positive_mask(grad, positive, ctx.negative_slope), None
+
+
+def through_positive_mask(grad: torch.Tensor, positive: PackedMask, slope: float) -> torch.Tensor:
+    """The gradient through ReLU (`slope` 0) or LeakyReLU given the packed mask of x > 0: grad
+    where x > 0, else grad * slope."""
+    stand_in = positive.decode(grad.dtype).view(grad.shape)  # 1 where x > 0, else 0
+    if slope == 0:
+        return grad * stand_in
+    # torch's own LeakyReLU backward on the 1/0 stand-in for x (on the CPU 7x faster than
+    # torch.where on the bool mask)
+    return torch.ops.aten.leaky_relu_backward(grad, stand_in, slope, False)
 
 
 class MaskedDropout(torch.autograd.Function):

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from tinykg_train.compress.codec import compress, decompress
 from tinykg_train.compress.config import CompressionConfig
 from tinykg_train.compress.masks import PackedMask
+from tinykg_train.compress.ops.activations import through_positive_mask
 from tinykg_train.compress.saving import apply_compressed, load, save
 
 
@@ -37,12 +38,6 @@ def _plain(ego, neighbors, sum_weight, sum_bias, product_weight, product_bias, s
     summed = F.linear(ego + neighbors, sum_weight, sum_bias)
     product = F.linear(ego * neighbors, product_weight, product_bias)
     return F.leaky_relu(summed, slope) + F.leaky_relu(product, slope)
-
-
-def _through_leaky_relu(grad: torch.Tensor, positive: PackedMask, slope: float) -> torch.Tensor:
-    # torch's LeakyReLU backward on a 1/0 stand-in for the input (7x faster than torch.where)
-    stand_in = positive.decode(grad.dtype).view(grad.shape)
-    return torch.ops.aten.leaky_relu_backward(grad, stand_in, slope, False)
 
 
 def _decoded_factors(ego, neighbors, neighbors_of) -> tuple[torch.Tensor, torch.Tensor]:
@@ -94,8 +89,8 @@ class CompressedBiInteraction(torch.autograd.Function):
         ego, neighbors = _decoded_factors(ego, neighbors, ctx.neighbors_of)
         needs = ctx.needs_input_grad
         grad = grad.reshape(-1, grad.shape[-1])
-        grad_sum = _through_leaky_relu(grad, sum_positive, ctx.slope)
-        grad_product = _through_leaky_relu(grad, product_positive, ctx.slope)
+        grad_sum = through_positive_mask(grad, sum_positive, ctx.slope)
+        grad_product = through_positive_mask(grad, product_positive, ctx.slope)
         grad_sum_weight = grad_sum_bias = grad_product_weight = grad_product_bias = None
         if needs[2] or needs[4]:
             inputs = torch.add(ego, neighbors)  # one buffer for both rebuilt inputs
