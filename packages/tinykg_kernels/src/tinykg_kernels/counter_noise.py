@@ -11,8 +11,8 @@ where `mix` is the `lowbias32` integer finalizer (C. Wellons, "Prospecting for H
 uncorrelated noise from one round. For a fixed `i`, `(i + k1) ^ k0` is uniform over 32-bit words
 when the seed is, and `mix` is a bijection, so `u` is exactly uniform on the grid
 `{0, 1, ..., 2**24 - 1} / 2**24` over seeds: stochastic rounding against it is unbiased up to 2**-25
-of a step. (A second round, `mix(mix(i ^ k0) + k1)`, cost 9% more quantize time and bought nothing
-these properties need.) Arithmetic is on int32, which wraps; the logical right shifts of the C
+of a step. (An earlier second round, `mix(mix(i ^ k0) + k1)`, cost quantize time and bought
+nothing these properties need.) Arithmetic is on int32, which wraps; the logical right shifts of the C
 original are arithmetic shifts with the sign-extended bits masked off.
 """
 
