@@ -32,15 +32,15 @@ class SquaredDistance(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         a, b, c = load(ctx)
-        grad_difference = (a + b - c).mul_(grad.unsqueeze(-1) * 2)
+        grad_difference = (a + b - c).mul_(grad.unsqueeze(-1) * 2)  # d/d(a + b - c)
+        a_shape, b_shape, c_shape = ctx.shapes
         needs = ctx.needs_input_grad
-        grads = [
-            (grad_difference if sign > 0 else -grad_difference).sum_to_size(shape)
-            if wanted
-            else None
-            for sign, shape, wanted in zip((1, 1, -1), ctx.shapes, needs[:3], strict=True)
-        ]
-        return (*grads, None)
+        return (
+            grad_difference.sum_to_size(a_shape) if needs[0] else None,
+            grad_difference.sum_to_size(b_shape) if needs[1] else None,
+            grad_difference.neg().sum_to_size(c_shape) if needs[2] else None,
+            None,
+        )
 
 
 def squared_distance(
