@@ -83,6 +83,8 @@ class CompressedBiInteraction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        # Each [rows, width] temporary is dropped as soon as it is used: this backward runs on
+        # whole-graph tensors, and its peak (not the bytes saved) bounds a step's memory.
         ego, neighbors, sum_positive, product_positive, sum_weight, product_weight = load(
             ctx, decode=False
         )
@@ -98,6 +100,7 @@ class CompressedBiInteraction(torch.autograd.Function):
                 grad_sum_weight = grad_sum.t().matmul(inputs)
             if needs[4]:
                 grad_product_weight = grad_product.t().matmul(torch.mul(ego, neighbors, out=inputs))
+            del inputs
         if needs[3]:
             grad_sum_bias = grad_sum.sum(dim=0)
         if needs[5]:
@@ -105,9 +108,12 @@ class CompressedBiInteraction(torch.autograd.Function):
         grad_ego = grad_neighbors = None
         if needs[0] or needs[1]:
             through_sum = grad_sum.matmul(sum_weight)
+            del grad_sum
             through_product = grad_product.matmul(product_weight)
+            del grad_product
             if needs[1]:
                 grad_neighbors = torch.addcmul(through_sum, through_product, ego).view(ctx.shape)
+            del ego
             if needs[0]:
                 grad_ego = through_sum.addcmul_(through_product, neighbors).view(ctx.shape)
         return (
