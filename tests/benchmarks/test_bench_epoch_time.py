@@ -1,65 +1,55 @@
-"""benchmarks/bench_epoch_time.py: both widths train side by side (pinned, cores swapped) or one
-after the other, the ratio is of the medians, the section is written, bad input is one line and
-exit status 2."""
+"""benchmarks/bench_epoch_time.py: both widths' epochs take turns in their own worker processes, the
+ratio is of the medians, the section is written, bad input is one line and exit status 2."""
 
 from __future__ import annotations
 
-import argparse
-import os
 from pathlib import Path
 
 import pytest
 
-from benchmarks.bench_epoch_time import Pair, core_pairs, main, report
+from benchmarks.bench_epoch_time import Turns, main, report, take_turns
 
 
-def test_pairs_take_two_cores_and_swap_them():
-    pairs = core_pairs(3, sequential=False)
-    if len(os.sched_getaffinity(0)) < 2:
-        assert pairs == [(None, None)] * 3
-        return
-    first, second = sorted(os.sched_getaffinity(0))[:2]
-    assert pairs == [(first, second), (second, first), (first, second)]
-    assert core_pairs(2, sequential=True) == [(None, None), (None, None)]
+def test_ratio_is_of_the_medians_and_each_round_is_paired():
+    turns = Turns("kgat", {32: [1.0, 2.0, 1.0, 1.0], 2: [1.2, 2.6, 9.0, 1.1]})
+    assert turns.round_ratios(2) == pytest.approx([1.2, 1.3, 9.0, 1.1])
+    text = report("tiny", 2, warmup=1, rounds=4, results=[turns])
+    assert "| kgat | 1.000 | 1.900 | 1.900 | 1.250 (" in text
+    assert "kgat INT2 / FP32 epoch time: **1.90**" in text
 
 
-def test_ratio_is_of_the_medians_and_the_report_names_the_spread():
-    pairs = [
-        Pair("kgat", {32: 0, 2: 1}, {32: [1.0, 2.0, 1.0], 2: [1.2, 1.3, 9.0]}),
-        Pair("kgat", {32: 1, 2: 0}, {32: [2.0, 2.0, 2.0], 2: [3.0, 3.0, 3.0]}),
-    ]
-    assert pairs[0].ratio(2) == pytest.approx(1.3)
-    args = argparse.Namespace(bits=2, warmup=2, epochs=3, sequential=False)
-    text = report("tiny", args, pairs)
-    assert "| kgat | 0 / 1 | 1.000 | 1.300 | 1.300 |" in text
-    assert "kgat INT2 / FP32 epoch time: **1.40** (median of 2 pairs, 1.30 to 1.50" in text
+def test_workers_take_turns_and_report_every_epoch(tiny_dataset_dir: Path):
+    turns = take_turns("bprmf", 2, str(tiny_dataset_dir), warmup=1, rounds=3)
+    assert set(turns.seconds) == {32, 2}
+    assert all(len(s) == 3 and min(s) > 0 for s in turns.seconds.values())
 
 
-@pytest.mark.parametrize("mode", [[], ["--sequential"]])
-def test_times_both_widths_and_writes_its_section(
-    mode, tiny_dataset_dir: Path, tmp_path: Path, monkeypatch, capsys
-):
+def test_a_worker_that_fails_is_reported(tmp_path: Path):
+    with pytest.raises(RuntimeError, match="epoch-time worker stopped"):
+        take_turns("bprmf", 2, str(tmp_path / "missing"), warmup=0, rounds=1)
+
+
+def test_writes_its_section(tiny_dataset_dir: Path, tmp_path: Path, monkeypatch):
     md = tmp_path / "BENCHMARKS.md"
     monkeypatch.setenv("TINYKG_BENCHMARKS_MD", str(md))
-    argv = ["--dataset", str(tiny_dataset_dir), "--models", "bprmf", "--warmup", "0",
-            "--epochs", "2", "--repeats", "1", *mode]  # fmt: skip
+    argv = ["--dataset", str(tiny_dataset_dir), "--models", "lightgcn", "--warmup", "1",
+            "--rounds", "2"]  # fmt: skip
     assert main(argv) == 0
     text = md.read_text()
     assert "<!-- begin:epoch-time-cpu -->" in text
-    row = next(line for line in text.splitlines() if line.startswith("| bprmf |"))
-    fp32, int2, ratio = (float(cell) for cell in row.strip("|").split("|")[2:5])
+    row = next(line for line in text.splitlines() if line.startswith("| lightgcn |"))
+    fp32, int2, ratio = (float(cell) for cell in row.strip("|").split("|")[1:4])
     # the table's seconds have three decimals: the ratio (of unrounded medians) agrees to that
     assert fp32 > 0 and int2 > 0
     assert ratio == pytest.approx(int2 / fp32, rel=1e-3 / min(fp32, int2) + 1e-3)
-    assert ("one after the other" in text) == bool(mode)
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["--bits", "32"], "--bits needs a compressed width"),
-        (["--epochs", "0"], "--epochs needs to be at least 1 (got 0)"),
-        (["--repeats", "0"], "--repeats needs to be at least 1 (got 0)"),
+        (["--rounds", "0"], "--rounds needs to be at least 1 (got 0)"),
+        (["--warmup", "-1"], "--warmup needs to be at least 0 (got -1)"),
         (["--dataset", "no-such-dataset"], "dataset 'no-such-dataset'"),
     ],
 )
