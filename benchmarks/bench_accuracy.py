@@ -31,9 +31,9 @@ from benchmarks._accuracy_report import Run, report
 from benchmarks._cli import add_device_options, comma_list
 from benchmarks._datasets import DatasetUnavailable, resolve_dataset
 from benchmarks._report import REPO_ROOT, figures_dir_for, publish_section, width_label
+from tinykg_train.config import MODELS
 
 DATASETS = ("lfm1m-kgat", "music-kgcn")
-MODELS = ("kgat", "kgin", "kgcn", "lightgcn", "bprmf")
 BITS = (32, 8, 4, 2, 1)
 CONFIGS = REPO_ROOT / "configs"
 # Settings that may differ between a finished run and this invocation without making it stale.

@@ -29,8 +29,7 @@ from tqdm.auto import tqdm
 from benchmarks._cli import comma_list
 from benchmarks._datasets import DatasetUnavailable, resolve_dataset
 from benchmarks._report import REPO_ROOT, markdown_table, publish_section, width_label
-
-MODELS = ("kgat", "kgin", "kgcn", "lightgcn", "bprmf")
+from tinykg_train.config import MODELS
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,7 @@ import torch
 
 from benchmarks._datasets import DatasetUnavailable, resolve_dataset
 from benchmarks._report import REPO_ROOT, markdown_table, publish_section
-
-MODELS = ("kgat", "kgin", "kgcn", "lightgcn", "bprmf")
+from tinykg_train.config import MODELS
 
 
 @dataclass(frozen=True)

@@ -35,8 +35,8 @@ from benchmarks._cli import add_device_options, comma_list
 from benchmarks._datasets import DatasetUnavailable, resolve_dataset
 from benchmarks._report import figures_dir_for, markdown_table, publish_section, width_label
 from tinykg_kernels import dispatch
+from tinykg_train.config import MODELS
 
-MODELS = ("kgat", "kgin", "kgcn", "lightgcn", "bprmf")
 BITS = (32, 8, 4, 2, 1)
 GOALS = {("kgat", 2): 10.0, ("kgat", 1): 16.0}  # FP32 / INTb of the bytes held for backward
 FIGURE = "activation_memory.png"
