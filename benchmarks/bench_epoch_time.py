@@ -141,14 +141,15 @@ def take_turns(model: str, bits: int, data: str, warmup: int, rounds: int) -> Tu
     return Turns(model, seconds)
 
 
-def report(dataset: str, bits: int, warmup: int, rounds: int, results: list[Turns]) -> str:
+def report(dataset: str, bits: int, warmup: int, results: list[Turns]) -> str:
     label = width_label(bits)
+    rounds = len(results[0].seconds[32])
     rows, lines = [], []
     for turns in results:
         ratios = turns.round_ratios(bits)
         low, high = (
             (statistics.quantiles(ratios, n=4)[i] for i in (0, 2))
-            if rounds > 1
+            if len(ratios) > 1
             else (ratios[0], ratios[0])
         )
         ratio = turns.median(bits) / turns.median(32)
@@ -218,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         take_turns(model, args.bits, str(data_dir), args.warmup, args.rounds)
         for model in tqdm(args.models, desc="models", disable=None)
     ]
-    body = report(dataset, args.bits, args.warmup, args.rounds, results)
+    body = report(dataset, args.bits, args.warmup, results)
     print(body)
     title = (
         f"Epoch time, {width_label(args.bits)} against FP32, epochs taking turns ({dataset}; CPU)"

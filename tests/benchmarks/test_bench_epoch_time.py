@@ -13,9 +13,10 @@ from benchmarks.bench_epoch_time import Turns, main, report, take_turns
 def test_ratio_is_of_the_medians_and_each_round_is_paired():
     turns = Turns("kgat", {32: [1.0, 2.0, 1.0, 1.0], 2: [1.2, 2.6, 9.0, 1.1]})
     assert turns.round_ratios(2) == pytest.approx([1.2, 1.3, 9.0, 1.1])
-    text = report("tiny", 2, warmup=1, rounds=4, results=[turns])
+    text = report("tiny", 2, warmup=1, results=[turns])
     assert "| kgat | 1.000 | 1.900 | 1.900 | 1.250 (" in text
     assert "kgat INT2 / FP32 epoch time: **1.90**" in text
+    assert "then 4 rounds of one epoch per width" in text
 
 
 def test_workers_take_turns_and_report_every_epoch(tiny_dataset_dir: Path):
