@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from tinykg_train.allocator import tune_cpu_allocator
 from tinykg_train.checkpoint import (
     capture_rng_state,
     load_checkpoint,
@@ -104,6 +105,8 @@ def open_session(
     if model_builder is None:
         from tinykg_train.models import build_model as model_builder
 
+    if device.type == "cpu":
+        tune_cpu_allocator()  # whole-graph tensors freed every step stay mapped (see allocator)
     seed_everything(config.seed)
     model = model_builder(config.model, dataset, config).to(device)
     session = Session(
