@@ -9,14 +9,19 @@ each epoch is timed alone on the machine, and a drift in its speed reaches both 
 order within a round alternates. Both run the trainer's own `train_epoch` (CF phase, KG phase, no
 evaluation) and report its `epoch_seconds`.
 
+`--allocator` picks the workers' CPU allocator (`tinykg_train.allocator`): `tuned`, what the trainer
+sets on the CPU, or glibc's `default`, whose page faults slow the widths by different amounts.
+Sections `epoch-time-cpu` and `epoch-time-cpu-glibc-default`.
+
     python -m benchmarks.bench_epoch_time [--dataset music-kgcn] [--models kgat,kgin] [--bits 2]
-        [--warmup 2] [--rounds 10] [--no-write]
+        [--warmup 2] [--rounds 10] [--allocator tuned|default] [--no-write]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -29,6 +34,8 @@ from tqdm.auto import tqdm
 from benchmarks._cli import comma_list
 from benchmarks._datasets import DatasetUnavailable, resolve_dataset
 from benchmarks._report import REPO_ROOT, markdown_table, publish_section, width_label
+from tinykg_train.allocator import CHOICES as ALLOCATORS
+from tinykg_train.allocator import ENV_VAR as ALLOCATOR_ENV
 from tinykg_train.config import MODELS
 
 
@@ -84,14 +91,19 @@ def run_worker(model: str, bits: int, data: str, warmup: int) -> int:
 class Worker:
     """A worker process, driven line by line."""
 
-    def __init__(self, model: str, bits: int, data: str, warmup: int) -> None:
+    def __init__(self, model: str, bits: int, data: str, warmup: int, allocator: str) -> None:
         self.bits = bits
         command = [
             sys.executable, "-m", "benchmarks.bench_epoch_time", "--worker", "--models", model,
             "--bits", str(bits), "--data", data, "--warmup", str(warmup),
         ]  # fmt: skip
         self.process = subprocess.Popen(
-            command, cwd=REPO_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            command,
+            cwd=REPO_ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, ALLOCATOR_ENV: allocator},
         )
 
     def _line(self) -> str:
@@ -124,9 +136,12 @@ class Worker:
                 self.process.wait()
 
 
-def take_turns(model: str, bits: int, data: str, warmup: int, rounds: int) -> Turns:
-    """`rounds` epochs at each width, alone on the machine, FP32 first in even rounds."""
-    workers = {width: Worker(model, width, data, warmup) for width in (32, bits)}
+def take_turns(
+    model: str, bits: int, data: str, warmup: int, rounds: int, allocator: str = "tuned"
+) -> Turns:
+    """`rounds` epochs at each width, alone on the machine, FP32 first in even rounds; both workers
+    with the CPU `allocator` (see `tinykg_train.allocator`)."""
+    workers = {width: Worker(model, width, data, warmup, allocator) for width in (32, bits)}
     try:
         for worker in workers.values():  # both warm up at once (their set-up is not timed)
             worker.wait_ready()
@@ -141,7 +156,9 @@ def take_turns(model: str, bits: int, data: str, warmup: int, rounds: int) -> Tu
     return Turns(model, seconds)
 
 
-def report(dataset: str, bits: int, warmup: int, results: list[Turns]) -> str:
+def report(
+    dataset: str, bits: int, warmup: int, results: list[Turns], allocator: str = "tuned"
+) -> str:
     label = width_label(bits)
     rounds = len(results[0].seconds[32])
     rows, lines = [], []
@@ -165,8 +182,14 @@ def report(dataset: str, bits: int, warmup: int, results: list[Turns]) -> str:
          "per round: median (quartiles)"],
         rows,
     )  # fmt: skip
+    allocator_text = (
+        "the trainer's tuned CPU allocator (`tinykg_train.allocator`)"
+        if allocator == "tuned"
+        else "glibc's default allocator (TINYKG_CPU_ALLOCATOR=default)"
+    )
     return (
-        f"{dataset}, the models' `configs/<model>.yaml`, seed 0, one torch thread, {warmup} warm-up "
+        f"{dataset}, the models' `configs/<model>.yaml`, seed 0, one torch thread, {allocator_text}, "
+        f"{warmup} warm-up "
         f"epochs, then {rounds} rounds of one epoch per width, each epoch alone on the machine "
         "(the other width's process idle; the order alternating). *epoch s*: median of the timed "
         "epochs' `epoch_seconds` (the trainer's `train_epoch`: CF and KG phases, no evaluation); "
@@ -188,6 +211,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--warmup", type=int, default=2, help="untimed epochs first (compiles)")
     parser.add_argument("--rounds", type=int, default=10, help="timed epochs per width")
+    parser.add_argument(
+        "--allocator",
+        choices=ALLOCATORS,
+        default="tuned",
+        help="the workers' CPU allocator: the trainer's (tuned) or glibc's default",
+    )
     parser.add_argument("--no-write", action="store_true", help="print, do not edit BENCHMARKS.md")
     parser.add_argument("--data", help=argparse.SUPPRESS)  # the worker's dataset dir
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -216,15 +245,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 2
     results = [
-        take_turns(model, args.bits, str(data_dir), args.warmup, args.rounds)
+        take_turns(model, args.bits, str(data_dir), args.warmup, args.rounds, args.allocator)
         for model in tqdm(args.models, desc="models", disable=None)
     ]
-    body = report(dataset, args.bits, args.warmup, results)
+    body = report(dataset, args.bits, args.warmup, results, args.allocator)
     print(body)
+    tuned = args.allocator == "tuned"
     title = (
-        f"Epoch time, {width_label(args.bits)} against FP32, epochs taking turns ({dataset}; CPU)"
+        f"Epoch time, {width_label(args.bits)} against FP32, epochs taking turns ({dataset}; CPU"
+        + ("" if tuned else ", glibc's default allocator")
+        + ")"
     )
-    publish_section("epoch-time-cpu", title, body, write=not args.no_write)
+    section = "epoch-time-cpu" if tuned else "epoch-time-cpu-glibc-default"
+    publish_section(section, title, body, write=not args.no_write)
     return 0
 
 

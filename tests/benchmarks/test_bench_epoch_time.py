@@ -1,5 +1,6 @@
-"""benchmarks/bench_epoch_time.py: both widths' epochs take turns in their own worker processes, the
-ratio is of the medians, the section is written, bad input is one line and exit status 2."""
+"""benchmarks/bench_epoch_time.py: both widths' epochs take turns in their own worker processes (with
+the allocator asked for), the ratio is of the medians, each allocator writes its own section, bad
+input is one line and exit status 2."""
 
 from __future__ import annotations
 
@@ -30,14 +31,24 @@ def test_a_worker_that_fails_is_reported(tmp_path: Path):
         take_turns("bprmf", 2, str(tmp_path / "missing"), warmup=0, rounds=1)
 
 
-def test_writes_its_section(tiny_dataset_dir: Path, tmp_path: Path, monkeypatch):
+@pytest.mark.parametrize(
+    ("allocator", "section", "said"),
+    [
+        ("tuned", "epoch-time-cpu", "the trainer's tuned CPU allocator"),
+        ("default", "epoch-time-cpu-glibc-default", "glibc's default allocator"),
+    ],
+)
+def test_writes_its_section(
+    allocator, section, said, tiny_dataset_dir: Path, tmp_path: Path, monkeypatch
+):
     md = tmp_path / "BENCHMARKS.md"
     monkeypatch.setenv("TINYKG_BENCHMARKS_MD", str(md))
     argv = ["--dataset", str(tiny_dataset_dir), "--models", "lightgcn", "--warmup", "1",
-            "--rounds", "2"]  # fmt: skip
+            "--rounds", "2", "--allocator", allocator]  # fmt: skip
     assert main(argv) == 0
     text = md.read_text()
-    assert "<!-- begin:epoch-time-cpu -->" in text
+    assert f"<!-- begin:{section} -->" in text and said in text
+    assert text.count("<!-- begin:") == 1
     row = next(line for line in text.splitlines() if line.startswith("| lightgcn |"))
     fp32, int2, ratio = (float(cell) for cell in row.strip("|").split("|")[1:4])
     # the table's seconds have three decimals: the ratio (of unrounded medians) agrees to that
