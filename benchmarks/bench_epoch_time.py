@@ -10,11 +10,12 @@ order within a round alternates. Both run the trainer's own `train_epoch` (CF ph
 evaluation) and report its `epoch_seconds`.
 
 `--allocator` picks the workers' CPU allocator (`tinykg_train.allocator`): `tuned`, what the trainer
-sets on the CPU, or glibc's `default`, whose page faults slow the widths by different amounts.
-Sections `epoch-time-cpu` and `epoch-time-cpu-glibc-default`.
+sets on the CPU, glibc's `default`, whose page faults slow the widths by different amounts, or
+`both`: four workers (two widths, two allocators) taking turns, so the allocators are compared in the
+same rounds. Sections `epoch-time-cpu`, `epoch-time-cpu-glibc-default`, `epoch-time-cpu-allocators`.
 
     python -m benchmarks.bench_epoch_time [--dataset music-kgcn] [--models kgat,kgin] [--bits 2]
-        [--warmup 2] [--rounds 10] [--allocator tuned|default] [--no-write]
+        [--warmup 2] [--rounds 10] [--allocator tuned|default|both] [--no-write]
 """
 
 from __future__ import annotations
@@ -38,13 +39,21 @@ from tinykg_train.allocator import CHOICES as ALLOCATORS
 from tinykg_train.allocator import ENV_VAR as ALLOCATOR_ENV
 from tinykg_train.config import MODELS
 
+SECTIONS = {
+    ("tuned",): "epoch-time-cpu",
+    ("default",): "epoch-time-cpu-glibc-default",
+    ALLOCATORS: "epoch-time-cpu-allocators",
+}
+
 
 @dataclass(frozen=True)
 class Turns:
-    """One model's timed epochs: `seconds[bits][i]` is round i's epoch at that width."""
+    """One model's timed epochs with one allocator: `seconds[bits][i]` is round i's epoch at that
+    width."""
 
     model: str
     seconds: dict[int, list[float]]
+    allocator: str = "tuned"
 
     def median(self, bits: int) -> float:
         return statistics.median(self.seconds[bits])
@@ -137,28 +146,37 @@ class Worker:
 
 
 def take_turns(
-    model: str, bits: int, data: str, warmup: int, rounds: int, allocator: str = "tuned"
-) -> Turns:
-    """`rounds` epochs at each width, alone on the machine, FP32 first in even rounds; both workers
-    with the CPU `allocator` (see `tinykg_train.allocator`)."""
-    workers = {width: Worker(model, width, data, warmup, allocator) for width in (32, bits)}
+    model: str,
+    bits: int,
+    data: str,
+    warmup: int,
+    rounds: int,
+    allocators: Sequence[str] = ("tuned",),
+) -> list[Turns]:
+    """`rounds` epochs at each width with each CPU allocator (see `tinykg_train.allocator`), each
+    epoch alone on the machine; the order within a round reverses every other round."""
+    arms = [(allocator, width) for allocator in allocators for width in (32, bits)]
+    workers = {arm: Worker(model, arm[1], data, warmup, arm[0]) for arm in arms}
     try:
-        for worker in workers.values():  # both warm up at once (their set-up is not timed)
+        for worker in workers.values():  # all warm up at once (their set-up is not timed)
             worker.wait_ready()
-        seconds: dict[int, list[float]] = {32: [], bits: []}
+        seconds: dict[tuple[str, int], list[float]] = {arm: [] for arm in arms}
         for turn in tqdm(range(rounds), desc=f"{model} rounds", disable=None, leave=False):
-            order = (32, bits) if turn % 2 == 0 else (bits, 32)
-            for width in order:
-                seconds[width].append(workers[width].epoch())
+            for arm in arms if turn % 2 == 0 else arms[::-1]:
+                seconds[arm].append(workers[arm].epoch())
     finally:
         for worker in workers.values():
             worker.close()
-    return Turns(model, seconds)
+    return [
+        Turns(model, {width: seconds[(allocator, width)] for width in (32, bits)}, allocator)
+        for allocator in allocators
+    ]
 
 
-def report(
-    dataset: str, bits: int, warmup: int, results: list[Turns], allocator: str = "tuned"
-) -> str:
+ALLOCATOR_NAMES = {"tuned": "tuned", "default": "glibc default"}
+
+
+def report(dataset: str, bits: int, warmup: int, results: list[Turns]) -> str:
     label = width_label(bits)
     rounds = len(results[0].seconds[32])
     rows, lines = [], []
@@ -170,32 +188,49 @@ def report(
             else (ratios[0], ratios[0])
         )
         ratio = turns.median(bits) / turns.median(32)
+        allocator = ALLOCATOR_NAMES[turns.allocator]
         rows.append([
-            turns.model, f"{turns.median(32):.3f}", f"{turns.median(bits):.3f}", f"{ratio:.3f}",
-            f"{statistics.median(ratios):.3f} ({low:.3f} to {high:.3f})",
+            turns.model, allocator, f"{turns.median(32):.3f}", f"{turns.median(bits):.3f}",
+            f"{ratio:.3f}", f"{statistics.median(ratios):.3f} ({low:.3f} to {high:.3f})",
         ])  # fmt: skip
         lines.append(
-            f"- {turns.model} {label} / FP32 epoch time: **{ratio:.2f}** (goal <= 1.10 on CPU)"
+            f"- {turns.model} ({allocator} allocator) {label} / FP32 epoch time: **{ratio:.2f}** "
+            "(goal <= 1.10 on CPU)"
         )
+    lines += allocator_comparisons(results, bits)
     table = markdown_table(
-        ["model", "FP32 epoch s", f"{label} epoch s", f"{label} / FP32",
+        ["model", "allocator", "FP32 epoch s", f"{label} epoch s", f"{label} / FP32",
          "per round: median (quartiles)"],
         rows,
     )  # fmt: skip
-    allocator_text = (
-        "the trainer's tuned CPU allocator (`tinykg_train.allocator`)"
-        if allocator == "tuned"
-        else "glibc's default allocator (TINYKG_CPU_ALLOCATOR=default)"
-    )
     return (
-        f"{dataset}, the models' `configs/<model>.yaml`, seed 0, one torch thread, {allocator_text}, "
-        f"{warmup} warm-up "
-        f"epochs, then {rounds} rounds of one epoch per width, each epoch alone on the machine "
-        "(the other width's process idle; the order alternating). *epoch s*: median of the timed "
-        "epochs' `epoch_seconds` (the trainer's `train_epoch`: CF and KG phases, no evaluation); "
+        f"{dataset}, the models' `configs/<model>.yaml`, seed 0, one torch thread, {warmup} warm-up "
+        f"epochs, then {rounds} rounds of one epoch per worker process (a width with a CPU "
+        "allocator: *tuned* is the trainer's, `tinykg_train.allocator`; *glibc default* is "
+        "TINYKG_CPU_ALLOCATOR=default), each epoch alone on the machine (the other workers idle; "
+        "the order reversing every other round). *epoch s*: median of the timed epochs' "
+        "`epoch_seconds` (the trainer's `train_epoch`: CF and KG phases, no evaluation); "
         f"*{label} / FP32*: of the medians; *per round*: each round's {label} epoch over its FP32 "
         "epoch.\n\n" + table + "\n\n" + "\n".join(lines) + "\n"
     )
+
+
+def allocator_comparisons(results: list[Turns], bits: int) -> list[str]:
+    """For a model timed with both allocators (in the same rounds): the tuned epochs over the
+    default's, per width."""
+    by_model: dict[str, dict[str, Turns]] = {}
+    for turns in results:
+        by_model.setdefault(turns.model, {})[turns.allocator] = turns
+    lines = []
+    for model, timed in by_model.items():
+        if {"tuned", "default"} <= set(timed):
+            tuned, default = timed["tuned"], timed["default"]
+            lines.append(
+                f"- {model}, tuned allocator over glibc's default, same rounds: FP32 epoch "
+                f"**{tuned.median(32) / default.median(32):.2f}x**, {width_label(bits)} epoch "
+                f"**{tuned.median(bits) / default.median(bits):.2f}x**"
+            )
+    return lines
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -213,9 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=10, help="timed epochs per width")
     parser.add_argument(
         "--allocator",
-        choices=ALLOCATORS,
+        choices=(*ALLOCATORS, "both"),
         default="tuned",
-        help="the workers' CPU allocator: the trainer's (tuned) or glibc's default",
+        help="the workers' CPU allocator: the trainer's (tuned), glibc's default, or both in turns",
     )
     parser.add_argument("--no-write", action="store_true", help="print, do not edit BENCHMARKS.md")
     parser.add_argument("--data", help=argparse.SUPPRESS)  # the worker's dataset dir
@@ -244,20 +279,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DatasetUnavailable as exc:
         print(exc, file=sys.stderr)
         return 2
+    allocators = ALLOCATORS if args.allocator == "both" else (args.allocator,)
     results = [
-        take_turns(model, args.bits, str(data_dir), args.warmup, args.rounds, args.allocator)
+        turns
         for model in tqdm(args.models, desc="models", disable=None)
+        for turns in take_turns(
+            model, args.bits, str(data_dir), args.warmup, args.rounds, allocators
+        )
     ]
-    body = report(dataset, args.bits, args.warmup, results, args.allocator)
+    body = report(dataset, args.bits, args.warmup, results)
     print(body)
-    tuned = args.allocator == "tuned"
+    names = " and ".join(ALLOCATOR_NAMES[allocator] for allocator in allocators)
     title = (
-        f"Epoch time, {width_label(args.bits)} against FP32, epochs taking turns ({dataset}; CPU"
-        + ("" if tuned else ", glibc's default allocator")
-        + ")"
+        f"Epoch time, {width_label(args.bits)} against FP32, epochs taking turns ({dataset}; CPU, "
+        f"{names} allocator{'s' if len(allocators) > 1 else ''})"
     )
-    section = "epoch-time-cpu" if tuned else "epoch-time-cpu-glibc-default"
-    publish_section(section, title, body, write=not args.no_write)
+    publish_section(SECTIONS[allocators], title, body, write=not args.no_write)
     return 0
 
 

@@ -15,15 +15,30 @@ def test_ratio_is_of_the_medians_and_each_round_is_paired():
     turns = Turns("kgat", {32: [1.0, 2.0, 1.0, 1.0], 2: [1.2, 2.6, 9.0, 1.1]})
     assert turns.round_ratios(2) == pytest.approx([1.2, 1.3, 9.0, 1.1])
     text = report("tiny", 2, warmup=1, results=[turns])
-    assert "| kgat | 1.000 | 1.900 | 1.900 | 1.250 (" in text
-    assert "kgat INT2 / FP32 epoch time: **1.90**" in text
-    assert "then 4 rounds of one epoch per width" in text
+    assert "| kgat | tuned | 1.000 | 1.900 | 1.900 | 1.250 (" in text
+    assert "kgat (tuned allocator) INT2 / FP32 epoch time: **1.90**" in text
+    assert "then 4 rounds of one epoch per worker process" in text
+    assert "same rounds" not in text  # one allocator: nothing to compare
+
+
+def test_allocators_timed_in_the_same_rounds_are_compared_per_width():
+    tuned = Turns("kgat", {32: [0.8, 0.9], 2: [1.0, 1.2]}, "tuned")
+    default = Turns("kgat", {32: [1.0, 1.0], 2: [1.2, 1.2]}, "default")
+    text = report("tiny", 2, warmup=1, results=[tuned, default])
+    assert "| kgat | glibc default | 1.000 | 1.200 | 1.200 |" in text
+    assert (
+        "tuned allocator over glibc's default, same rounds: FP32 epoch **0.85x**, INT2 epoch **0.92x**"
+        in text
+    )
 
 
 def test_workers_take_turns_and_report_every_epoch(tiny_dataset_dir: Path):
-    turns = take_turns("bprmf", 2, str(tiny_dataset_dir), warmup=1, rounds=3)
-    assert set(turns.seconds) == {32, 2}
-    assert all(len(s) == 3 and min(s) > 0 for s in turns.seconds.values())
+    timed = take_turns("bprmf", 2, str(tiny_dataset_dir), warmup=1, rounds=3,
+                       allocators=("tuned", "default"))  # fmt: skip
+    assert [turns.allocator for turns in timed] == ["tuned", "default"]
+    for turns in timed:
+        assert set(turns.seconds) == {32, 2}
+        assert all(len(s) == 3 and min(s) > 0 for s in turns.seconds.values())
 
 
 def test_a_worker_that_fails_is_reported(tmp_path: Path):
@@ -34,8 +49,9 @@ def test_a_worker_that_fails_is_reported(tmp_path: Path):
 @pytest.mark.parametrize(
     ("allocator", "section", "said"),
     [
-        ("tuned", "epoch-time-cpu", "the trainer's tuned CPU allocator"),
-        ("default", "epoch-time-cpu-glibc-default", "glibc's default allocator"),
+        ("tuned", "epoch-time-cpu", "| lightgcn | tuned |"),
+        ("default", "epoch-time-cpu-glibc-default", "| lightgcn | glibc default |"),
+        ("both", "epoch-time-cpu-allocators", "tuned allocator over glibc's default"),
     ],
 )
 def test_writes_its_section(
@@ -50,7 +66,7 @@ def test_writes_its_section(
     assert f"<!-- begin:{section} -->" in text and said in text
     assert text.count("<!-- begin:") == 1
     row = next(line for line in text.splitlines() if line.startswith("| lightgcn |"))
-    fp32, int2, ratio = (float(cell) for cell in row.strip("|").split("|")[1:4])
+    fp32, int2, ratio = (float(cell) for cell in row.strip("|").split("|")[2:5])
     # the table's seconds have three decimals: the ratio (of unrounded medians) agrees to that
     assert fp32 > 0 and int2 > 0
     assert ratio == pytest.approx(int2 / fp32, rel=1e-3 / min(fp32, int2) + 1e-3)
