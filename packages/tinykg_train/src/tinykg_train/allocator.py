@@ -18,7 +18,6 @@ Set `TINYKG_CPU_ALLOCATOR=default` to leave malloc as it is. Off Linux/glibc it 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 import os
 
@@ -57,8 +56,7 @@ def _glibc_mallopt():
             return None
     except (ValueError, OSError):
         return None
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    mallopt = libc.mallopt
+    mallopt = ctypes.CDLL(None).mallopt  # the process's own symbols: glibc's, no library search
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return mallopt
 
