@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from pipelines._cli import run_cli
 from pipelines.train import main as train_main
@@ -76,8 +77,6 @@ def test_a_cpu_session_tunes_the_allocator(tiny_dataset_dir: Path, tmp_path: Pat
     calls = []
     monkeypatch.setattr(session, "tune_cpu_allocator", lambda: calls.append("tuned"))
     config = TrainConfig(data=str(tiny_dataset_dir), model="bprmf", out=str(tmp_path / "run"))
-    import torch
-
     session.open_session(config, torch.device("cpu"))
     assert calls == ["tuned"]
 

@@ -21,6 +21,8 @@ import ctypes
 import functools
 import os
 
+from tinykg_train.errors import ConfigError
+
 ENV_VAR = "TINYKG_CPU_ALLOCATOR"
 CHOICES = ("tuned", "default")
 
@@ -35,8 +37,6 @@ SETTINGS = {
 
 def requested() -> str:
     """`tuned` unless TINYKG_CPU_ALLOCATOR says `default`; a one-line error for anything else."""
-    from tinykg_train.errors import ConfigError
-
     value = os.environ.get(ENV_VAR, "tuned").strip().lower() or "tuned"
     if value not in CHOICES:
         raise ConfigError(
