@@ -6,11 +6,13 @@ Standalone: depends on torch only (Triton optional, used for CUDA tensors).
     q = quantize(x, bits=2)          # unbiased stochastic rounding, one group per row
     x_hat = dequantize(q)            # same shape and dtype; q.nbytes is what it costs to keep
     packed = pack_bits(x > 0)        # a bool mask at one bit per element; unpack_bits(packed, shape)
+    out, mask_a, mask_b = leaky_relu_pair(a, b, 0.2)   # fused LeakyReLU sum with 1-bit sign masks
 """
 
 from tinykg_kernels.api import QuantizedMeta, QuantizedTensor, dequantize, quantize
 from tinykg_kernels.bitmask import pack_bits, unpack_bits
 from tinykg_kernels.dispatch import BACKEND_ENV, WITH_TRITON
+from tinykg_kernels.leaky_pair import leaky_relu_pair, leaky_relu_pair_backward
 from tinykg_kernels.projection import project, unproject
 
 __version__ = "0.1.0"
@@ -22,6 +24,8 @@ __all__ = [
     "QuantizedTensor",
     "__version__",
     "dequantize",
+    "leaky_relu_pair",
+    "leaky_relu_pair_backward",
     "pack_bits",
     "project",
     "quantize",

@@ -14,7 +14,7 @@ on a little-endian CPU; a short last group (blocks that do not divide the tensor
 them. Anything else runs the same math eagerly. One compile per (bits, scheme, dtypes, group
 length): a few seconds the first time in a process (inductor's on-disk cache shortens it later);
 the number of groups is dynamic. The graphs are traced with make_fx and called directly, without
-dynamo's per-call frame evaluation (`_compile_with_dynamic_groups`).
+dynamo's per-call frame evaluation (`_compile_with_dynamic_size`).
 """
 
 from __future__ import annotations
@@ -180,39 +180,31 @@ def _unpack_bits_body(dtype: torch.dtype) -> Callable:
     return unpack_mask
 
 
-_BODIES = {
-    "quantize": _quantize_body,
-    "dequantize": _dequantize_body,
-    "pack_bits": _pack_bits_body,
-    "unpack_bits": _unpack_bits_body,
-}
-
-
 # -- compiling ---------------------------------------------------------------------------------------
 
 
-def _signature(args: tuple[torch.Tensor, ...], per_group: int) -> tuple:
-    """What a graph is specialized to besides its key: each argument's dtype and its sizes, past
-    the (dynamic) group dimension for the first `per_group` arguments."""
+def _signature(args: tuple[torch.Tensor, ...], dynamic: tuple[int | None, ...]) -> tuple:
+    """What a graph is specialized to besides its body and key: each argument's dtype and sizes,
+    -1 for its dynamic dim (`dynamic[i]`: the dim of argument i whose size may vary, or None)."""
     return tuple(
-        (arg.dtype, tuple(arg.shape[1:]) if i < per_group else tuple(arg.shape))
-        for i, arg in enumerate(args)
+        (arg.dtype, tuple(-1 if d == dim else size for d, size in enumerate(arg.shape)))
+        for arg, dim in zip(args, dynamic, strict=True)
     )
 
 
 @functools.cache
-def _compiled(kind: str, key: tuple, signature: tuple, per_group: int) -> Callable:
-    """One compiled function per body `kind`, `key` (the codec's ends with the group length) and
-    argument `signature`; any number of groups runs it."""
-    return _compile_with_dynamic_groups(_BODIES[kind](*key), signature, per_group)
+def _compiled(body_factory: Callable, key: tuple, signature: tuple) -> Callable:
+    """One compiled function per body, `key` (the arguments of `body_factory`) and argument
+    `signature`; any size of the dynamic dims runs it."""
+    return _compile_with_dynamic_size(body_factory(*key), signature)
 
 
-def _compile_with_dynamic_groups(body: Callable, signature: tuple, per_group: int) -> Callable:
-    """`body` traced once (make_fx) with the group count symbolic and every other size static, then
-    compiled by inductor. The result is called directly: torch.compile would evaluate the frame
-    and check its guards on every call, and a training epoch makes hundreds of calls.
-    (What those guards would catch cannot change here: the signature is the cache key, and the
-    callers pass contiguous tensors.)"""
+def _compile_with_dynamic_size(body: Callable, signature: tuple) -> Callable:
+    """`body` traced once (make_fx) with the dynamic dims (-1 in `signature`) as one symbol and
+    every other size static, then compiled by inductor. The result is called directly:
+    torch.compile would evaluate the frame and check its guards on every call, and a training
+    epoch makes hundreds of calls. (What those guards would catch cannot change here: the
+    signature is the cache key, and the callers pass contiguous tensors.)"""
     from torch._inductor import compile as inductor_compile
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -225,30 +217,33 @@ def _compile_with_dynamic_groups(body: Callable, signature: tuple, per_group: in
     # the bodies build small constant tensors (level tables, NaN) while tracing: real, allowed
     fake_mode = FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True)
     examples = []
-    for i, (dtype, sizes) in enumerate(signature):
-        if i < per_group:  # one symbol for the groups of every argument (same size hint)
-            dynamic = [DimDynamic.DYNAMIC] + [DimDynamic.STATIC] * len(sizes)
-            example = torch.empty((_GROUPS_HINT, *sizes), dtype=dtype)
+    for dtype, sizes in signature:
+        example = torch.empty([_DYNAMIC_HINT if s == -1 else s for s in sizes], dtype=dtype)
+        if -1 in sizes:  # one symbol for every dynamic dim (same size hint)
+            dynamic = [DimDynamic.DYNAMIC if s == -1 else DimDynamic.STATIC for s in sizes]
             context = StatelessSymbolicContext(dynamic_sizes=dynamic)
             examples.append(fake_mode.from_tensor(example, symbolic_context=context))
         else:
-            example = torch.empty(sizes, dtype=dtype)
             examples.append(fake_mode.from_tensor(example, static_shapes=True))
     graph = make_fx(body, tracing_mode="symbolic")(*examples)
     return inductor_compile(graph, examples, options=COMPILE_OPTIONS)
 
 
-_GROUPS_HINT = 4096  # the group count inductor's size heuristics assume (a typical activation)
+# the size inductor's heuristics assume for a dynamic dim (a typical activation)
+_DYNAMIC_HINT = 4096
 
 
-def _run_compiled(kind: str, key: tuple, *args: torch.Tensor, per_group: int):
-    """The compiled `kind` for `key` on `args`, whose first `per_group` have one row per group (a
-    dynamic size: any number of groups runs the same graph); on a compile failure, warn once,
-    switch the backend off for this process and run the same body eagerly."""
+def run_compiled(
+    body_factory: Callable, key: tuple, *args: torch.Tensor, dynamic: tuple[int | None, ...]
+):
+    """`body_factory(*key)` compiled for `args` and run on them (`dynamic[i]`: the dim of `args[i]`
+    whose size may differ from call to call, or None); on a compile failure, warn once, switch the
+    backend off for this process and run the same body eagerly. Package-internal: the bodies are
+    plain torch functions (this module's codec, `leaky_pair`'s fused activation)."""
     global _failure
     args = tuple(arg.contiguous() for arg in args)  # the compiled code assumes dense strides
     try:
-        return _compiled(kind, key, _signature(args, per_group), per_group)(*args)
+        return _compiled(body_factory, key, _signature(args, dynamic))(*args)
     except Exception as exc:  # no C++ compiler, an inductor bug: the eager path is the same math
         if _failure is None:
             _failure = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"
@@ -259,7 +254,7 @@ def _run_compiled(kind: str, key: tuple, *args: torch.Tensor, per_group: int):
                 RuntimeWarning,
                 stacklevel=3,
             )
-        return _BODIES[kind](*key)(*args)
+        return body_factory(*key)(*args)
 
 
 # -- the backend -------------------------------------------------------------------------------------
@@ -284,7 +279,7 @@ def quantize(
     body, tail = _split(layout)
     x = flat[: body.numel].view(body.n_groups, body.group_len)
     key = (scheme, layout.bits, param_dtype, stochastic, layout.group_len)
-    codes, scale, zero, bad = _run_compiled("quantize", key, x, keys, per_group=1)
+    codes, scale, zero, bad = run_compiled(_quantize_body, key, x, keys, dynamic=(0, None))
     if bool(bad.any()):  # NaN/Inf groups store codes 0 and NaN parameters, as in the reference
         codes = codes.masked_fill(bad[:, None], 0)
         # the reference's NaN bits (a vectorized float32-to-bfloat16 conversion writes others)
@@ -317,7 +312,7 @@ def dequantize(
     body, tail = _split(layout)
     n = body.n_groups
     key = (scheme, layout.bits, dtype, layout.group_len)
-    values = _run_compiled("dequantize", key, codes[:n], scale[:n], zero[:n], per_group=3)
+    values = run_compiled(_dequantize_body, key, codes[:n], scale[:n], zero[:n], dynamic=(0, 0, 0))
     values = values.reshape(-1)
     if tail is None:
         return values
@@ -331,7 +326,7 @@ def pack_bits(flat: torch.Tensor) -> torch.Tensor:
     whole = flat.numel() // 8 * 8
     if _failure is not None or whole == 0:
         return bitmask.pack_bits_eagerly(flat)
-    packed = _run_compiled("pack_bits", (), flat[:whole], per_group=1)
+    packed = run_compiled(_pack_bits_body, (), flat[:whole], dynamic=(0,))
     if whole == flat.numel():
         return packed
     return torch.cat([packed, bitmask.pack_bits_eagerly(flat[whole:])])
@@ -341,5 +336,5 @@ def unpack_bits(packed: torch.Tensor, numel: int, dtype: torch.dtype = torch.boo
     """`bitmask.unpack_bits` to a flat CPU tensor of `numel` elements: bool, or 1/0 in `dtype`."""
     if _failure is not None or numel < 8:
         return bitmask.unpack_bits_eagerly(packed, numel).to(dtype)
-    mask = _run_compiled("unpack_bits", (dtype,), packed, per_group=1)
+    mask = run_compiled(_unpack_bits_body, (dtype,), packed, dynamic=(0,))
     return mask[:numel]

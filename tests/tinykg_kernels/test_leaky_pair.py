@@ -1,0 +1,156 @@
+"""`leaky_relu_pair`: torch's LeakyReLU sum, masks and gradients bit for bit on every backend, the
+plane layout as documented, one compiled graph for every size, clear errors."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tinykg_kernels import compiled_ops, dispatch
+from tinykg_kernels.leaky_pair import (
+    leaky_relu_pair,
+    leaky_relu_pair_backward,
+    mask_bytes,
+    pack_planes,
+    unpack_planes,
+)
+
+BACKENDS = ["torch", "compiled"]
+SLOPE = 0.2
+
+
+def normal(shape, seed: int, dtype=torch.float32) -> torch.Tensor:
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+def torch_pair(a, b, slope=SLOPE):
+    return F.leaky_relu(a, slope) + F.leaky_relu(b, slope)
+
+
+def torch_backward(grad, x, slope=SLOPE):
+    return torch.ops.aten.leaky_relu_backward(grad, x, slope, False)
+
+
+# compiled loops: float32, 4,096+ elements, a multiple of 8; everything else takes the torch ops
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "shape", [(3,), (5, 7), (64, 64), (1000, 16), (997, 24), (4099, 5), (2, 3, 4096)]
+)
+def test_sum_masks_and_gradients_are_torch_s_bit_for_bit(shape, backend: str):
+    a, b, grad = normal(shape, 1), normal(shape, 2), normal(shape, 3)
+    out, mask_a, mask_b = leaky_relu_pair(a, b, SLOPE, backend=backend)
+    assert out.shape == a.shape and torch.equal(out, torch_pair(a, b))
+    assert mask_a.dtype == torch.uint8 and mask_a.numel() == mask_bytes(a.numel())
+    assert torch.equal(unpack_planes(mask_a, shape), a > 0)
+    assert torch.equal(unpack_planes(mask_b, shape), b > 0)
+    grad_a, grad_b = leaky_relu_pair_backward(grad, mask_a, mask_b, SLOPE, backend=backend)
+    assert torch.equal(grad_a, torch_backward(grad, a))
+    assert torch.equal(grad_b, torch_backward(grad, b))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_zeros_negatives_and_nan_are_not_positive(backend: str):
+    """The mask is x > 0: 0, -0 and NaN give the slope's gradient, as torch's LeakyReLU backward."""
+    a = torch.tensor([0.0, -0.0, float("nan"), 1e-38, -1e-38, 3.0, -3.0, float("inf")]).repeat(600)
+    b = a.flip(0)
+    grad = torch.ones_like(a)
+    out, mask_a, mask_b = leaky_relu_pair(a, b, SLOPE, backend=backend)
+    torch.testing.assert_close(out, torch_pair(a, b), rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(unpack_planes(mask_a, a.shape), a > 0)
+    grad_a, grad_b = leaky_relu_pair_backward(grad, mask_a, mask_b, SLOPE, backend=backend)
+    assert torch.equal(grad_a, torch_backward(grad, a))
+    assert torch.equal(grad_b, torch_backward(grad, b))
+
+
+def test_plane_layout_element_i_in_byte_i_mod_k_at_bit_i_div_k():
+    mask = torch.zeros(20, dtype=torch.bool)  # k = 3 bytes; planes of 3 elements, last one short
+    mask[[0, 4, 8, 19]] = True  # byte 0 bit 0; byte 1 bit 1; byte 2 bit 2; byte 1 bit 6
+    assert pack_planes(mask).tolist() == [1, 2 + 64, 4]
+    assert torch.equal(unpack_planes(pack_planes(mask), (20,)), mask)
+    a = torch.where(mask, 1.0, -1.0).repeat(1024)  # 20,480 elements: the compiled loops
+    _, packed, _ = leaky_relu_pair(a, -a, backend="compiled")
+    assert torch.equal(packed, pack_planes(a > 0))
+
+
+@pytest.mark.parametrize("shape", [(1,), (9,), (6, 10), (64, 33)])
+def test_pack_and_unpack_round_trip_and_float_unpacking(shape):
+    mask = normal(shape, 4) > 0
+    packed = pack_planes(mask)
+    assert packed.numel() == mask_bytes(mask.numel())
+    assert torch.equal(unpack_planes(packed, shape), mask)
+    assert torch.equal(unpack_planes(packed, shape, dtype=torch.float32), mask.float())
+
+
+def test_any_size_runs_one_compiled_graph_per_direction():
+    leaky_relu_pair(normal((512, 16), 0), normal((512, 16), 1), 0.3, backend="compiled")
+    compiles = compiled_ops._compiled.cache_info().misses
+    for rows in (513, 700, 4096, 9000):
+        a, b, grad = normal((rows, 16), rows), normal((rows, 16), rows + 1), normal((rows, 16), 2)
+        out, mask_a, mask_b = leaky_relu_pair(a, b, 0.3, backend="compiled")
+        assert torch.equal(out, torch_pair(a, b, 0.3))
+        grad_a, _ = leaky_relu_pair_backward(grad, mask_a, mask_b, 0.3, backend="compiled")
+        assert torch.equal(grad_a, torch_backward(grad, a, 0.3))
+    assert compiled_ops._compiled.cache_info().misses - compiles <= 1  # the backward graph
+
+
+def test_non_contiguous_and_other_dtypes_take_the_same_values():
+    a, b = normal((64, 96), 5).t(), normal((64, 96), 6).t()
+    out, mask_a, _ = leaky_relu_pair(a, b, SLOPE, backend="compiled")
+    assert torch.equal(out, torch_pair(a, b))
+    assert torch.equal(unpack_planes(mask_a, a.shape), a > 0)
+    a16, b16 = normal((64, 96), 7, torch.bfloat16), normal((64, 96), 8, torch.bfloat16)
+    out16, _, _ = leaky_relu_pair(a16, b16, SLOPE)
+    assert out16.dtype == torch.bfloat16 and torch.equal(out16, torch_pair(a16, b16))
+
+
+def test_auto_compiles_large_float32_cpu_tensors_only(monkeypatch):
+    monkeypatch.delenv(dispatch.BACKEND_ENV, raising=False)
+    ops, calls = dispatch.compiled_ops(), []
+    real = ops.run_compiled
+    monkeypatch.setattr(
+        ops, "run_compiled", lambda body, *rest, **kw: calls.append(body) or real(body, *rest, **kw)
+    )
+    small = normal((10, 10), 0)
+    leaky_relu_pair(small, small)
+    big = normal((dispatch.COMPILED_MIN_NUMEL,), 1)
+    leaky_relu_pair(big, big)
+    leaky_relu_pair(big.double(), big.double())
+    assert len(calls) == 1
+
+
+def test_a_failed_compile_warns_and_gives_the_same_values(monkeypatch):
+    monkeypatch.setattr(compiled_ops, "_failure", None)
+
+    def no_compiler(*key):
+        def fail(*args):
+            raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found")
+
+        return fail
+
+    monkeypatch.setattr(compiled_ops, "_compiled", no_compiler)
+    a, b = normal((128, 64), 1), normal((128, 64), 2)
+    with pytest.warns(RuntimeWarning, match="torch.compile failed"):
+        out, mask_a, _ = leaky_relu_pair(a, b, SLOPE, backend="compiled")
+    assert torch.equal(out, torch_pair(a, b))
+    assert torch.equal(unpack_planes(mask_a, a.shape), a > 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert torch.equal(leaky_relu_pair(a, b, SLOPE)[0], out)  # auto: the torch ops now
+
+
+def test_bad_input_says_what_to_pass():
+    with pytest.raises(ValueError, match=r"two float tensors of one shape"):
+        leaky_relu_pair(torch.zeros(4, 3), torch.zeros(3, 4))
+    with pytest.raises(ValueError, match=r"two float tensors"):
+        leaky_relu_pair(torch.zeros(8, dtype=torch.int64), torch.zeros(8, dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"mask_b must be the 2 uint8 bytes"):
+        leaky_relu_pair_backward(
+            torch.zeros(16), torch.zeros(2, dtype=torch.uint8), torch.zeros(3, dtype=torch.uint8)
+        )
+    with pytest.raises(TypeError, match=r"expects a bool tensor"):
+        pack_planes(torch.zeros(3))
+    with pytest.raises(ValueError, match=r"shape \(3, 7\) is 3 uint8 bytes \(got 2"):
+        unpack_planes(torch.zeros(2, dtype=torch.uint8), (3, 7))
