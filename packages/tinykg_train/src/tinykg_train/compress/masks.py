@@ -1,7 +1,8 @@
 """1-bit packed boolean masks (ReLU/LeakyReLU signs, dropout keeps, bool tensors autograd saves).
 
-A bool tensor costs one byte per element in torch; packed, eight elements share a byte. The packing
-is `tinykg_kernels.pack_bits` (the compiled codec for large CPU masks, torch ops elsewhere).
+A bool tensor costs one byte per element in torch; packed, eight elements share a byte. `PackedMask`
+packs with `tinykg_kernels.pack_bits` (the compiled codec for large CPU masks, torch ops elsewhere);
+`PlaneMask` holds the plane-layout masks a fused kernel wrote (`tinykg_kernels.leaky_pair`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from tinykg_kernels import pack_bits, unpack_bits
+from tinykg_kernels.leaky_pair import unpack_planes
 
 
 @dataclass(frozen=True)
@@ -47,4 +49,30 @@ class PackedMask:
 
     @classmethod
     def rebuild(cls, meta: torch.Size, parts: tuple[torch.Tensor, ...]) -> PackedMask:
+        return cls(parts[0], meta)
+
+
+@dataclass(frozen=True)
+class PlaneMask:
+    """A bool tensor of `shape` stored at one bit per element in `tinykg_kernels.leaky_pair`'s plane
+    layout (as `leaky_relu_pair` returns it); the same interface as `PackedMask`."""
+
+    packed: torch.Tensor
+    shape: torch.Size
+
+    def decode(self, dtype: torch.dtype = torch.bool) -> torch.Tensor:
+        return unpack_planes(self.packed, self.shape, dtype=dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return self.packed.numel()
+
+    def parts(self) -> tuple[torch.Tensor, ...]:
+        return (self.packed,)
+
+    def meta(self) -> torch.Size:
+        return self.shape
+
+    @classmethod
+    def rebuild(cls, meta: torch.Size, parts: tuple[torch.Tensor, ...]) -> PlaneMask:
         return cls(parts[0], meta)

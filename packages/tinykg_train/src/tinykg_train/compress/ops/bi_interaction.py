@@ -6,7 +6,8 @@ Built from `linear`, `mul` and `leaky_relu`, a step would store e, n, e + n and 
 quantized copies of [nodes, dim] per layer. Every one of them is a function of e and n, so this
 Function saves only those two (compressed; e is often stored already: the embedding table in the
 first layer, which is kept as it is, then the previous layer's output, which its L2 normalization
-holds) and the two 1-bit LeakyReLU masks, and rebuilds e + n and e * n from the decoded factors in
+holds) and the two 1-bit LeakyReLU masks (written with the output in one fused pass,
+`tinykg_kernels.leaky_pair`), and rebuilds e + n and e * n from the decoded factors in
 backward. The weight gradients stay unbiased: e + n is linear in the factors, and e * n is a
 product of two independently rounded factors. The forward is the plain ops', bit for bit.
 
@@ -27,10 +28,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from tinykg_kernels.leaky_pair import leaky_relu_pair, leaky_relu_pair_backward
 from tinykg_train.compress.codec import compress, decompress
 from tinykg_train.compress.config import CompressionConfig
-from tinykg_train.compress.masks import PackedMask
-from tinykg_train.compress.ops.activations import through_positive_mask
+from tinykg_train.compress.masks import PlaneMask
 from tinykg_train.compress.saving import apply_compressed, load, save
 
 
@@ -69,17 +70,19 @@ class CompressedBiInteraction(torch.autograd.Function):
     ) -> torch.Tensor:
         summed = F.linear(ego + neighbors, sum_weight, sum_bias)
         product = F.linear(ego * neighbors, product_weight, product_bias)
+        # the two LeakyReLUs, their sum and both sign masks in one fused pass
+        out, sum_positive, product_positive = leaky_relu_pair(summed, product, slope)
         save(
             ctx,
             compress(ego, config),
             compress(neighbors, config) if neighbors_of is None else None,
-            PackedMask.positive(summed),
-            PackedMask.positive(product),
+            PlaneMask(sum_positive, summed.shape),
+            PlaneMask(product_positive, product.shape),
             sum_weight,
             product_weight,
         )
         ctx.slope, ctx.shape, ctx.neighbors_of = slope, ego.shape, neighbors_of
-        return F.leaky_relu(summed, slope).add_(F.leaky_relu(product, slope))
+        return out
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
@@ -91,8 +94,9 @@ class CompressedBiInteraction(torch.autograd.Function):
         ego, neighbors = _decoded_factors(ego, neighbors, ctx.neighbors_of)
         needs = ctx.needs_input_grad
         grad = grad.reshape(-1, grad.shape[-1])
-        grad_sum = through_positive_mask(grad, sum_positive, ctx.slope)
-        grad_product = through_positive_mask(grad, product_positive, ctx.slope)
+        grad_sum, grad_product = leaky_relu_pair_backward(
+            grad, sum_positive.packed, product_positive.packed, ctx.slope
+        )
         grad_sum_weight = grad_sum_bias = grad_product_weight = grad_product_bias = None
         if needs[2] or needs[4]:
             inputs = torch.add(ego, neighbors)  # one buffer for both rebuilt inputs
