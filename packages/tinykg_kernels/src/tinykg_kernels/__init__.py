@@ -12,7 +12,9 @@ Standalone: depends on torch only (Triton optional, used for CUDA tensors).
 from tinykg_kernels.api import QuantizedMeta, QuantizedTensor, dequantize, quantize
 from tinykg_kernels.bitmask import pack_bits, unpack_bits
 from tinykg_kernels.dispatch import BACKEND_ENV, WITH_TRITON
+from tinykg_kernels.dropout import apply_dropout_noise, dropout_noise_backward
 from tinykg_kernels.leaky_pair import leaky_relu_pair, leaky_relu_pair_backward
+from tinykg_kernels.planes import pack_planes, unpack_planes
 from tinykg_kernels.projection import project, unproject
 
 __version__ = "0.1.0"
@@ -23,12 +25,16 @@ __all__ = [
     "QuantizedMeta",
     "QuantizedTensor",
     "__version__",
+    "apply_dropout_noise",
     "dequantize",
+    "dropout_noise_backward",
     "leaky_relu_pair",
     "leaky_relu_pair_backward",
     "pack_bits",
+    "pack_planes",
     "project",
     "quantize",
     "unpack_bits",
+    "unpack_planes",
     "unproject",
 ]

@@ -1,0 +1,75 @@
+"""`apply_dropout_noise` / `dropout_noise_backward`: dropout's multiply with its keep mask packed at
+one bit in the same pass, and the gradient from that mask.
+
+Dropout multiplies x by a noise tensor that is 0 (dropped) or one value v = 1 / (1 - p) (kept), and
+its backward multiplies the gradient by the same noise. Keeping the noise costs 32 bits per
+element, a bool mask 8; packed, 1. Here one fused loop writes `x * noise` and the plane-packed mask
+of `noise != 0` (`planes.py`), where the multiply, a bool conversion and a packing pass would run
+op by op; the backward rebuilds the noise from the mask and multiplies in one loop. Values are
+torch's bit for bit (`x * noise`, `grad * noise`). Compiled loops for float32 CPU tensors of 4,096+
+elements (a whole number of planes), the same torch ops elsewhere (`planes.runs_compiled`).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from tinykg_kernels import dispatch, planes
+
+
+@functools.cache
+def _apply_body():
+    def apply(x: torch.Tensor, noise: torch.Tensor):  # [8, k] each
+        return x * noise, planes.pack(noise != 0)
+
+    return apply
+
+
+@functools.cache
+def _backward_body(kept_value: float):
+    def backward(grad: torch.Tensor, kept: torch.Tensor):  # grad [8, k], kept [k]
+        noise = torch.where(planes.unpack(kept), kept_value, 0.0).to(grad.dtype)
+        return grad * noise
+
+    return backward
+
+
+def apply_dropout_noise(
+    x: torch.Tensor, noise: torch.Tensor, backend: str | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(x * noise, pack_planes(noise != 0))` for a dropout noise tensor of x's shape and dtype."""
+    if x.shape != noise.shape or x.dtype != noise.dtype or not x.is_floating_point():
+        raise ValueError(
+            "apply_dropout_noise needs a float tensor and a noise tensor of its shape and dtype (got "
+            f"{x.dtype} {tuple(x.shape)} and {noise.dtype} {tuple(noise.shape)})"
+        )
+    with torch.no_grad():
+        if planes.runs_compiled(x, backend):
+            out, kept = dispatch.compiled_ops().run_compiled(
+                _apply_body,
+                (),
+                x.reshape(planes.PLANES, -1),
+                noise.reshape(planes.PLANES, -1),
+                dynamic=(1, 1),
+            )
+            return out.view(x.shape), kept
+        out, kept = _apply_body()(planes.as_planes(x), planes.as_planes(noise))
+        return planes.from_planes(out, x.shape), kept
+
+
+def dropout_noise_backward(
+    grad: torch.Tensor, kept: torch.Tensor, kept_value: float, backend: str | None = None
+) -> torch.Tensor:
+    """`grad * noise`, the noise rebuilt from its packed mask `kept`: `kept_value` where kept, 0
+    elsewhere (`kept_value` as the forward's noise held it, e.g. float32 1 / (1 - p))."""
+    planes.check_mask("kept", kept, grad.shape)
+    value = float(kept_value)
+    with torch.no_grad():
+        if planes.runs_compiled(grad, backend):
+            out = dispatch.compiled_ops().run_compiled(
+                _backward_body, (value,), grad.reshape(planes.PLANES, -1), kept, dynamic=(1, 0)
+            )
+            return out.view(grad.shape)
+        return planes.from_planes(_backward_body(value)(planes.as_planes(grad), kept), grad.shape)

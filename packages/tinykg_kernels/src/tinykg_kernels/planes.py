@@ -1,0 +1,89 @@
+"""The *plane* layout of 1-bit masks, for fused kernels that write or read a mask in the same pass as
+their values (`leaky_pair`, `dropout`).
+
+A mask of n elements takes k = ceil(n / 8) bytes: element i sits in byte i % k at bit i // k (the
+flattened mask cut into eight consecutive planes of k elements, plane j in bit j, the last plane
+zero-padded). Packing then reads eight contiguous streams, which a compiled loop vectorizes;
+`pack_bits`'s layout (eight consecutive elements per byte) would need strided loads. The helpers
+here are plain torch ops: the fused bodies are traced from them, and they run eagerly on any device.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tinykg_kernels import dispatch
+
+PLANES = 8  # one per bit of a byte
+
+
+def mask_bytes(numel: int) -> int:
+    """Bytes of a plane-packed mask of `numel` elements."""
+    return -(-numel // PLANES)
+
+
+def pack(mask: torch.Tensor) -> torch.Tensor:
+    """bool `[8, k]` -> uint8 `[k]`, plane j in bit j."""
+    packed = mask[0].to(torch.int32)
+    for plane in range(1, PLANES):
+        packed = packed | (mask[plane].to(torch.int32) << plane)
+    return packed.to(torch.uint8)
+
+
+def unpack(packed: torch.Tensor) -> torch.Tensor:
+    """uint8 `[k]` -> bool `[8, k]`."""
+    shifts = torch.arange(PLANES, dtype=torch.int32, device=packed.device).view(PLANES, 1)
+    return ((packed.to(torch.int32).unsqueeze(0) >> shifts) & 1).to(torch.bool)
+
+
+def as_planes(x: torch.Tensor) -> torch.Tensor:
+    """`x` flattened (zero-padded to whole planes) as `[8, k]`."""
+    flat = x.reshape(-1)
+    pad = (-flat.numel()) % PLANES
+    if pad:
+        flat = torch.cat([flat, flat.new_zeros(pad)])
+    return flat.view(PLANES, -1)
+
+
+def from_planes(planes: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """The first `prod(shape)` elements of `[8, k]` planes, as `shape`."""
+    return planes.reshape(-1)[: math.prod(shape)].view(shape)
+
+
+def runs_compiled(x: torch.Tensor, backend: str | None) -> bool:
+    """Whether a fused call on `x` runs the compiled loops: float32 CPU tensors of 4,096+ elements
+    (per `dispatch.select_backend`) whose count is a whole number of planes. Everything else runs
+    the same torch ops, padded to whole planes."""
+    return (
+        dispatch.select_backend(x.device, backend, x.numel()) == "compiled"
+        and x.dtype == torch.float32
+        and x.numel() % PLANES == 0
+    )
+
+
+def check_mask(name: str, mask: torch.Tensor, shape: torch.Size | tuple[int, ...]) -> None:
+    """Raise unless `mask` is the plane-packed mask of a tensor of `shape`."""
+    expected = mask_bytes(math.prod(shape))
+    if mask.dtype != torch.uint8 or mask.numel() != expected:
+        raise ValueError(
+            f"{name} must be the {expected} uint8 bytes of a plane-packed mask of shape "
+            f"{tuple(shape)} (got {mask.numel()} {mask.dtype}); pass the mask made for that tensor"
+        )
+
+
+def pack_planes(mask: torch.Tensor) -> torch.Tensor:
+    """A bool mask (any shape) plane-packed: uint8 `[ceil(numel / 8)]`."""
+    if mask.dtype != torch.bool:
+        raise TypeError(f"pack_planes expects a bool tensor (got {mask.dtype}); e.g. pass x > 0")
+    return pack(as_planes(mask))
+
+
+def unpack_planes(
+    packed: torch.Tensor, shape: torch.Size | tuple[int, ...], dtype: torch.dtype = torch.bool
+) -> torch.Tensor:
+    """The mask of `shape` that `pack_planes` (or a fused kernel) packed into `packed`; with a float
+    `dtype`, as 1 and 0."""
+    check_mask("packed", packed, shape)
+    return from_planes(unpack(packed), torch.Size(shape)).to(dtype)

@@ -1,0 +1,49 @@
+"""`apply_dropout_noise` / `dropout_noise_backward`: torch's products bit for bit, the keep mask in
+the plane layout, on both backends; clear errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tinykg_kernels import apply_dropout_noise, dropout_noise_backward, unpack_planes
+
+BACKENDS = ["torch", "compiled"]
+
+
+def noise_like(x: torch.Tensor, p: float, seed: int) -> torch.Tensor:
+    """F.dropout's CPU noise: bernoulli(1 - p) / (1 - p)."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.empty_like(x).bernoulli_(1 - p, generator=generator).div_(1 - p)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
+@pytest.mark.parametrize("shape", [(5, 7), (300, 64), (4099, 3), (2, 2048, 3)])
+def test_products_and_mask_are_torch_s_bit_for_bit(shape, p: float, backend: str):
+    gen = torch.Generator().manual_seed(1)
+    x, grad = torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
+    noise = noise_like(x, p, seed=2)
+    out, kept = apply_dropout_noise(x, noise, backend=backend)
+    assert torch.equal(out, x * noise)
+    assert torch.equal(unpack_planes(kept, shape), noise != 0)
+    kept_value = torch.ones(()).div_(1 - p).item()
+    back = dropout_noise_backward(grad, kept, kept_value, backend=backend)
+    assert torch.equal(back, grad * noise)
+    assert torch.equal(back.signbit(), (grad * noise).signbit())  # -0 where a negative is dropped
+
+
+def test_other_dtypes_run_the_torch_ops():
+    x = torch.randn(64, 96, dtype=torch.bfloat16)
+    noise = noise_like(x, 0.3, seed=3)
+    out, kept = apply_dropout_noise(x, noise)
+    assert out.dtype == torch.bfloat16 and torch.equal(out, x * noise)
+    value = torch.ones((), dtype=torch.bfloat16).div_(0.7).item()
+    assert torch.equal(dropout_noise_backward(x, kept, value), x * noise)
+
+
+def test_bad_input_says_what_to_pass():
+    with pytest.raises(ValueError, match=r"a noise tensor of its shape and dtype"):
+        apply_dropout_noise(torch.zeros(4, 3), torch.zeros(3, 4))
+    with pytest.raises(ValueError, match=r"kept must be the 2 uint8 bytes"):
+        dropout_noise_backward(torch.zeros(16), torch.zeros(3, dtype=torch.uint8), 2.0)

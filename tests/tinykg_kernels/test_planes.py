@@ -1,0 +1,33 @@
+"""The plane layout of 1-bit masks: element i in byte i % k at bit i // k, round trips, errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tinykg_kernels import pack_planes, unpack_planes
+from tinykg_kernels.planes import mask_bytes
+
+
+def test_element_i_sits_in_byte_i_mod_k_at_bit_i_div_k():
+    mask = torch.zeros(20, dtype=torch.bool)  # k = 3 bytes; planes of 3 elements, the last short
+    mask[[0, 4, 8, 19]] = True  # byte 0 bit 0; byte 1 bit 1; byte 2 bit 2; byte 1 bit 6
+    assert pack_planes(mask).tolist() == [1, 2 + 64, 4]
+
+
+@pytest.mark.parametrize("shape", [(1,), (9,), (6, 10), (64, 33)])
+def test_pack_and_unpack_round_trip_and_float_unpacking(shape):
+    mask = torch.randn(shape, generator=torch.Generator().manual_seed(4)) > 0
+    packed = pack_planes(mask)
+    assert packed.numel() == mask_bytes(mask.numel())
+    assert torch.equal(unpack_planes(packed, shape), mask)
+    assert torch.equal(unpack_planes(packed, shape, dtype=torch.float32), mask.float())
+
+
+def test_bad_input_says_what_to_pass():
+    with pytest.raises(TypeError, match=r"expects a bool tensor \(got torch.float32\)"):
+        pack_planes(torch.zeros(3))
+    with pytest.raises(
+        ValueError, match=r"3 uint8 bytes of a plane-packed mask of shape \(3, 7\) \(got 2"
+    ):
+        unpack_planes(torch.zeros(2, dtype=torch.uint8), (3, 7))
