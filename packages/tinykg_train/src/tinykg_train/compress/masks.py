@@ -2,7 +2,7 @@
 
 A bool tensor costs one byte per element in torch; packed, eight elements share a byte. `PackedMask`
 packs with `tinykg_kernels.pack_bits` (the compiled codec for large CPU masks, torch ops elsewhere);
-`PlaneMask` holds the plane-layout masks a fused kernel wrote (`tinykg_kernels.leaky_pair`).
+`PlaneMask` holds the plane-layout masks a fused kernel wrote (`tinykg_kernels.planes`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from tinykg_kernels import pack_bits, unpack_bits
-from tinykg_kernels.leaky_pair import unpack_planes
+from tinykg_kernels.planes import unpack_planes
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,8 @@ class PackedMask:
 
 @dataclass(frozen=True)
 class PlaneMask:
-    """A bool tensor of `shape` stored at one bit per element in `tinykg_kernels.leaky_pair`'s plane
-    layout (as `leaky_relu_pair` returns it); the same interface as `PackedMask`."""
+    """A bool tensor of `shape` stored at one bit per element in `tinykg_kernels.planes`' layout (as
+    the fused `leaky_relu_pair` and `apply_dropout_noise` return it); `PackedMask`'s interface."""
 
     packed: torch.Tensor
     shape: torch.Size

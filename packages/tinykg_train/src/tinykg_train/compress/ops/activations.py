@@ -13,8 +13,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from tinykg_kernels import apply_dropout_noise, dropout_noise_backward
 from tinykg_train.compress.config import CompressionConfig
-from tinykg_train.compress.masks import PackedMask
+from tinykg_train.compress.masks import PackedMask, PlaneMask
 from tinykg_train.compress.saving import apply_compressed, load, save
 
 
@@ -48,21 +49,22 @@ def through_positive_mask(grad: torch.Tensor, positive: PackedMask, slope: float
 class MaskedDropout(torch.autograd.Function):
     """`F.dropout`'s own CPU arithmetic (noise = bernoulli(1 - p) / (1 - p), out = x * noise: the same
     draws and values as the plain op), saving which elements were kept at one bit instead of the
-    noise tensor. (`torch.native_dropout` multiplies by a bool mask, an unvectorized loop on the
-    CPU.)"""
+    noise tensor: `tinykg_kernels.apply_dropout_noise` multiplies and packs the mask in one pass.
+    (`torch.native_dropout` multiplies by a bool mask, an unvectorized loop on the CPU.)"""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, p: float) -> torch.Tensor:
-        noise = torch.empty_like(x).bernoulli_(1 - p)
-        save(ctx, PackedMask.pack(noise.to(torch.bool)))
-        ctx.p = p
-        return x * noise.div_(1 - p)
+        noise = torch.empty_like(x).bernoulli_(1 - p).div_(1 - p)
+        out, kept = apply_dropout_noise(x, noise)
+        save(ctx, PlaneMask(kept, x.shape))
+        # the kept elements' noise value, as the division above rounded it
+        ctx.kept_value = torch.ones((), dtype=x.dtype).div_(1 - p).item()
+        return out
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        (keep,) = load(ctx, decode=False)
-        noise = keep.decode(grad.dtype).div_(1 - ctx.p)  # the forward's noise, value for value
-        return grad * noise, None
+        (kept,) = load(ctx, decode=False)
+        return dropout_noise_backward(grad, kept.packed, ctx.kept_value), None
 
 
 def relu(x: torch.Tensor, *, config: CompressionConfig) -> torch.Tensor:
