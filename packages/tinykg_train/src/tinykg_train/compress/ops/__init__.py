@@ -1,7 +1,7 @@
 """Autograd ops with an exact forward that save compressed activations for backward.
 
 Every op takes `config=` (a `CompressionConfig`). With `config.bits == 32` the elementwise ops,
-`linear`, `embedding`, `l2_normalize`, `squared_distance` and `bi_interaction` (KGAT's aggregator,
+`linear`, `embedding`, `l2_normalize`, `squared_distance`, `translation_scores` and `bi_interaction` (KGAT's aggregator,
 fused so that it saves only its two factors) are the plain torch ops; `spmm` and `edge_softmax`
 (which torch lacks) and `grouped_linear` (whose plain autograd would be slow) are Functions that
 save the minimum their gradients need, uncompressed.
@@ -9,7 +9,7 @@ save the minimum their gradients need, uncompressed.
 
 from tinykg_train.compress.ops.activations import dropout, leaky_relu, relu
 from tinykg_train.compress.ops.bi_interaction import bi_interaction
-from tinykg_train.compress.ops.distance import squared_distance
+from tinykg_train.compress.ops.distance import squared_distance, translation_scores
 from tinykg_train.compress.ops.elementwise import mul
 from tinykg_train.compress.ops.embedding import embedding
 from tinykg_train.compress.ops.grouped_linear import grouped_linear
@@ -31,4 +31,5 @@ __all__ = [
     "relu",
     "spmm",
     "squared_distance",
+    "translation_scores",
 ]
