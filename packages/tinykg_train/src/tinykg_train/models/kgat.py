@@ -21,7 +21,7 @@ from tinykg_train.errors import ConfigError
 from tinykg_train.models.base import EmbeddingRecommender
 from tinykg_train.models.graphs import FIRST_KG_RELATION, INTERACT, ckg_edges, sort_by_relation
 from tinykg_train.models.layers import BiInteractionLayer, xavier_parameter
-from tinykg_train.models.losses import l2_penalty, softplus_mean
+from tinykg_train.models.losses import softplus_mean
 from tinykg_train.models.pretrained import load_mf_embeddings
 from tinykg_train.models.sparse import CSRGraph
 
@@ -186,11 +186,12 @@ class KGAT(EmbeddingRecommender):
         projected = self.project(torch.stack([heads, tails, neg_heads, neg_tails]), relations)
         relation_vectors = self.relation_embedding.index_select(0, relations)
         ph, pt, nh, nt = projected
-        pos_score = ops.squared_distance(ph, relation_vectors, pt, config=self.compression)
-        neg_score = ops.squared_distance(nh, relation_vectors, nt, config=self.compression)
+        pos_score, neg_score, squared_norms = ops.translation_scores(
+            ph, relation_vectors, pt, nh, nt, with_norms=self.l2 > 0, config=self.compression
+        )
         loss = softplus_mean(pos_score - neg_score)  # margins kept exact: see losses.softplus_mean
-        if self.l2 > 0:
-            loss = loss + self.l2 * l2_penalty([ph, relation_vectors, pt, nh, nt])
+        if self.l2 > 0:  # losses.l2_penalty of the five, from the op's squared norms
+            loss = loss + self.l2 * (squared_norms / (2 * max(len(heads), 1)))
         return loss
 
     def sample_interactions(self, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
