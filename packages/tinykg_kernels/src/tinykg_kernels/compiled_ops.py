@@ -186,10 +186,13 @@ def _unpack_bits_body(dtype: torch.dtype) -> Callable:
 def _signature(args: tuple[torch.Tensor, ...], dynamic: tuple[int | None, ...]) -> tuple:
     """What a graph is specialized to besides its body and key: each argument's dtype and sizes,
     -1 for its dynamic dim (`dynamic[i]`: the dim of argument i whose size may vary, or None)."""
-    return tuple(
-        (arg.dtype, tuple(-1 if d == dim else size for d, size in enumerate(arg.shape)))
-        for arg, dim in zip(args, dynamic, strict=True)
-    )
+    signature = []
+    for arg, dim in zip(args, dynamic, strict=True):
+        sizes = list(arg.shape)
+        if dim is not None:
+            sizes[dim] = -1
+        signature.append((arg.dtype, tuple(sizes)))
+    return tuple(signature)
 
 
 @functools.cache
@@ -241,7 +244,7 @@ def run_compiled(
     backend off for this process and run the same body eagerly. Package-internal: the bodies are
     plain torch functions (this module's codec, `leaky_pair`'s fused activation)."""
     global _failure
-    args = tuple(arg.contiguous() for arg in args)  # the compiled code assumes dense strides
+    args = tuple([arg.contiguous() for arg in args])  # the compiled code assumes dense strides
     try:
         return _compiled(body_factory, key, _signature(args, dynamic))(*args)
     except Exception as exc:  # no C++ compiler, an inductor bug: the eager path is the same math

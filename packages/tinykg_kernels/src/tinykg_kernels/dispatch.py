@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from types import ModuleType
 
 import torch
@@ -50,15 +51,22 @@ def requested_backend(backend: str | None = None) -> str:
     return choice
 
 
+def _module(name: str) -> ModuleType:
+    """`importlib.import_module(name)`, looked up in `sys.modules` first (these run on every
+    codec call; the import machinery costs microseconds even for a loaded module)."""
+    module = sys.modules.get(name)
+    return module if module is not None else importlib.import_module(name)
+
+
 def triton_ops() -> ModuleType:
     """The Triton kernels module (imported on first use, so its kernels see the environment then)."""
-    return importlib.import_module("tinykg_kernels.triton_ops")
+    return _module("tinykg_kernels.triton_ops")
 
 
 def compiled_ops() -> ModuleType:
     """The torch.compile'd CPU codec (imported on first use: it imports `bitmask`, which imports
     this module)."""
-    return importlib.import_module("tinykg_kernels.compiled_ops")
+    return _module("tinykg_kernels.compiled_ops")
 
 
 def select_backend(device: torch.device, backend: str | None = None, numel: int = 0) -> str:

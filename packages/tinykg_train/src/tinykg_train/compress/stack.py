@@ -123,14 +123,21 @@ def cached(
     return value
 
 
-@contextlib.contextmanager
-def precompressed() -> Iterator[None]:
-    """Mark tensors saved in this block as already compressed by an op: store them as they are."""
-    _state.precompressed += 1
-    try:
-        yield
-    finally:
+class _Precompressed:
+    def __enter__(self) -> None:
+        _state.precompressed += 1
+
+    def __exit__(self, *exc_info: object) -> None:
         _state.precompressed -= 1
+
+
+_PRECOMPRESSED = _Precompressed()
+
+
+def precompressed() -> _Precompressed:
+    """Mark tensors saved in this block as already compressed by an op: store them as they are.
+    (A plain context object, not a generator: every compressed op enters one.)"""
+    return _PRECOMPRESSED
 
 
 def _pack(tensor: torch.Tensor) -> Any:
