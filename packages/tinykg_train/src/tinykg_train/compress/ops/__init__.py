@@ -1,10 +1,12 @@
 """Autograd ops with an exact forward that save compressed activations for backward.
 
 Every op takes `config=` (a `CompressionConfig`). With `config.bits == 32` the elementwise ops,
-`linear`, `embedding`, `l2_normalize`, `squared_distance`, `translation_scores` and `bi_interaction` (KGAT's aggregator,
-fused so that it saves only its two factors) are the plain torch ops; `spmm` and `edge_softmax`
+`linear`, `embedding`, `l2_normalize`, `squared_distance`, `translation_scores`, `recomputed` and
+`bi_interaction` (KGAT's aggregator, fused so that it saves only its two factors) are the plain
+torch ops; `spmm` and `edge_softmax`
 (which torch lacks) and `grouped_linear` (whose plain autograd would be slow) are Functions that
-save the minimum their gradients need, uncompressed.
+save the minimum their gradients need, uncompressed; `recomputed` saves a small subgraph's inputs
+only and runs it again in backward.
 """
 
 from tinykg_train.compress.ops.activations import dropout, leaky_relu, relu
@@ -16,6 +18,7 @@ from tinykg_train.compress.ops.grouped_linear import grouped_linear
 from tinykg_train.compress.ops.linear import linear
 from tinykg_train.compress.ops.message_passing import spmm
 from tinykg_train.compress.ops.normalize import l2_normalize
+from tinykg_train.compress.ops.recompute import recomputed
 from tinykg_train.compress.ops.softmax import edge_softmax
 
 __all__ = [
@@ -28,6 +31,7 @@ __all__ = [
     "leaky_relu",
     "linear",
     "mul",
+    "recomputed",
     "relu",
     "spmm",
     "squared_distance",
