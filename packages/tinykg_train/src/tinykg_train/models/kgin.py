@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tinykg_train.compress import ops
 from tinykg_train.errors import ConfigError
 from tinykg_train.models.base import EmbeddingRecommender
 from tinykg_train.models.graphs import ckg_edges, item_to_user_mean, kg_only
@@ -136,4 +137,12 @@ class KGIN(EmbeddingRecommender):
         weight = self.extra["independence_weight"]
         if weight == 0 or self.intent_relation_logits.shape[0] < 2:
             return None
-        return weight * intent_independence(self.intent_relation_logits, self.extra["independence"])
+        kind = self.extra["independence"]
+        # a few hundred floats in, dozens of [relations, relations] intermediates: recomputed in
+        # backward rather than stored (quantized) for it
+        penalty = ops.recomputed(
+            lambda logits: intent_independence(logits, kind),
+            self.intent_relation_logits,
+            config=self.compression,
+        )
+        return weight * penalty
