@@ -19,8 +19,12 @@ from typing import Any
 import torch
 
 from tinykg_train.compress.config import CompressionConfig
-from tinykg_train.compress.saved_tensors import uncompressed
 from tinykg_train.compress.saving import apply_compressed, load, save
+
+
+def _as_kept(tensor: torch.Tensor) -> torch.Tensor:
+    # a detached alias, not the tensor: a saved output would otherwise hold its own grad_fn
+    return tensor.detach()
 
 
 class Recomputed(torch.autograd.Function):
@@ -34,7 +38,9 @@ class Recomputed(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         needs = ctx.needs_input_grad[1:]
         inputs = [x.detach().requires_grad_(need) for x, need in zip(load(ctx), needs, strict=True)]
-        with torch.enable_grad(), uncompressed():
+        # innermost hooks win: what this rerun saves is kept as it is, without a trip through the
+        # compression stack's hooks (the rerun's graph lives only until the next line)
+        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(_as_kept, _as_kept):
             out = ctx.function(*inputs)
         wanted = [x for x in inputs if x.requires_grad]
         grads = iter(torch.autograd.grad(out, wanted, grad, allow_unused=True))
