@@ -6,7 +6,7 @@ import torch
 from tinykg_train.compress import ActivationMeter, CompressionConfig, compress_saved_tensors
 from tinykg_train.compress.codec import Compressed, compress, decompress
 from tinykg_train.compress.gathered import Gathered
-from tinykg_train.compress.ops import mul
+from tinykg_train.compress.ops import embedding, mul
 
 CONFIG = CompressionConfig(bits=2)
 
@@ -68,3 +68,40 @@ def test_an_update_of_the_table_before_backward_is_refused():
         table.add_(1.0)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         out.sum().backward()
+
+
+# -- rows from ops.embedding (a custom Function's output, registered as it is made) ------------------
+
+
+def test_embedding_rows_of_a_parameter_are_stored_as_indices_and_give_exact_gradients():
+    table, index = table_and_index()
+    other = torch.randn(500, 64, requires_grad=True)
+    with compress_saved_tensors(CONFIG), ActivationMeter() as meter:
+        rows = embedding(table, index, config=CONFIG)
+        out = mul(rows, other, config=CONFIG)
+    # the embedding's uint16 index (shared with the stored rows), `other` at 2 bits
+    assert meter.total_bytes == 500 * 2 + (500 * 64 / 4 + 500 * 4)
+    probe = torch.randn(500, 64)
+    (grad_other,) = torch.autograd.grad((out * probe).sum(), [other])
+    assert torch.equal(grad_other, probe * table.detach().index_select(0, index))  # exact rows
+
+
+def test_embedding_rows_of_a_multi_dim_index_and_their_views_are_rebuilt():
+    table, _ = table_and_index()
+    index = torch.randint(0, 300, (20, 3, 8), generator=torch.Generator().manual_seed(1))
+    with compress_saved_tensors(CONFIG):
+        rows = embedding(table, index, config=CONFIG)  # [20, 3, 8, 64]
+        for piece in (rows, rows.view(20, -1, 8, 64), rows[:, 1], rows.chunk(2)[1]):
+            stored = compress(piece, CONFIG)
+            assert isinstance(stored, Gathered)
+            assert torch.equal(stored.decode(), piece)
+
+
+def test_embedding_rows_of_an_activation_or_changed_in_place_are_quantized():
+    table, index = table_and_index()
+    with compress_saved_tensors(CONFIG):
+        activation = table * 2
+        assert isinstance(compress(embedding(activation, index, config=CONFIG), CONFIG), Compressed)
+        rows = embedding(table, index, config=CONFIG)
+        rows.mul_(3)  # no longer the table's rows
+        assert isinstance(compress(rows, CONFIG), Compressed)

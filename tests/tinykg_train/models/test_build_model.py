@@ -13,6 +13,9 @@ from tinykg_train.errors import ConfigError
 from tinykg_train.models import MODELS, Recommender, build_model
 
 ALL = sorted(MODELS)
+# BPR-MF saves only rows of its tables (stored as their indices) and the loss margins (kept
+# exact): at INT2 nothing it keeps for backward is rounded
+EXACT_AT_INT2 = {"bprmf"}
 
 
 def first_batch(dataset, size: int = 128):
@@ -76,7 +79,10 @@ def test_int2_forward_equals_fp32(name, tiny_dataset, make_config):
     loss32, g32 = loss_and_gradient(fp32, batch)
     loss2, g2 = loss_and_gradient(int2, batch)
     assert torch.equal(loss32, loss2)
-    assert not torch.equal(g32, g2)  # the backward really read compressed activations
+    if name in EXACT_AT_INT2:
+        assert torch.equal(g32, g2)
+    else:
+        assert not torch.equal(g32, g2)  # the backward really read compressed activations
     if fp32.has_kg_phase:
         heads, relations, tails = tiny_dataset.triples_array()[:64].T
         kg_batch = [torch.from_numpy(a.copy()) for a in (heads, relations, tails, tails[::-1])]
@@ -103,6 +109,9 @@ def test_int2_gradients_average_to_fp32(name, tiny_dataset, make_config):
         return float(single), float((grads.mean(0) - exact).norm())
 
     single, averaged = errors(int2)
+    if name in EXACT_AT_INT2:
+        assert single == 0  # every draw is the FP32 gradient
+        return
     assert single > 0
     assert averaged < 0.5 * single, (single, averaged)
     int2.set_compression(dataclasses.replace(int2.compression, stochastic=False))

@@ -4,7 +4,9 @@
 every model's L2 penalty squares them) needs no rounding at all: the parameter is held anyway and
 does not change before backward (an in-place update would trip autograd's version check), so the
 rows are rebuilt exactly from it and the index, in the narrowest integer dtype. Views of the
-gathered rows (`chunk`, `split`) are rebuilt the same way, then viewed again.
+gathered rows (`chunk`, `split`) are rebuilt the same way, then viewed again. Rows come from
+autograd's `index_select` (recognized by its node) or from `ops.embedding` of a parameter (which
+registers its output with `remember`: its node is a custom Function's).
 """
 
 from __future__ import annotations
@@ -46,9 +48,33 @@ class Gathered:
         return cls(parts[0], parts[1], meta)
 
 
+_KIND = ("gathered rows",)  # the scope-cache kind of `remember`ed rows
+
+
+def remember(rows: torch.Tensor, weight: torch.Tensor, index: torch.Tensor) -> None:
+    """Let `gathered_rows` rebuild `rows` (= `F.embedding(index, weight)`, index compacted) from
+    `weight` and `index` while a compression or meter scope is active and `rows` is unchanged."""
+    view = None if index.dim() == 1 else (tuple(rows.shape), tuple(rows.stride()), 0)
+    gathered = Gathered(weight, index.reshape(-1), view)
+    stack.cached(_KIND, rows, lambda _: gathered)
+
+
+def _viewed(gathered: Gathered, base: torch.Tensor, tensor: torch.Tensor) -> Gathered:
+    """`gathered` (the rows of `base`) narrowed to `tensor`, a view of `base`."""
+    if base is tensor:
+        return gathered
+    offset = tensor.storage_offset() - base.storage_offset()
+    return Gathered(
+        gathered.weight, gathered.index, (tuple(tensor.shape), tuple(tensor.stride()), offset)
+    )
+
+
 def gathered_rows(tensor: torch.Tensor) -> Gathered | None:
     """`tensor` as rows of a parameter (or a view of them), when autograd made it so; else None."""
     base = tensor if tensor._base is None else tensor._base
+    remembered = stack.lookup(_KIND, base)
+    if remembered is not None:
+        return _viewed(remembered, base, tensor)
     node = base.grad_fn
     if type(node).__name__ != "IndexSelectBackward0" or node._saved_dim != 0:
         return None
@@ -57,7 +83,4 @@ def gathered_rows(tensor: torch.Tensor) -> Gathered | None:
     if weight is None or not stack.is_persistent(weight) or weight.dim() != 2:
         return None
     index = compact_index(node._saved_index, weight.shape[0])
-    if base is tensor:
-        return Gathered(weight, index)
-    offset = tensor.storage_offset() - base.storage_offset()
-    return Gathered(weight, index, (tuple(tensor.shape), tuple(tensor.stride()), offset))
+    return _viewed(Gathered(weight, index), base, tensor)

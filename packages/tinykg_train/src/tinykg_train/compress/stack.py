@@ -123,6 +123,13 @@ def cached(
     return value
 
 
+def lookup(kind: Any, tensor: torch.Tensor) -> Any:
+    """What `cached` holds for (kind, this tensor version) while its source lives, else None."""
+    key = tensor_key(tensor) if _state.layers else None
+    entry = None if key is None else _state.cache.get((kind, key))
+    return None if entry is None or entry[0]() is None else entry[1]
+
+
 class _Precompressed:
     def __enter__(self) -> None:
         _state.precompressed += 1

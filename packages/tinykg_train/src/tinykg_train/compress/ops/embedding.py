@@ -1,6 +1,8 @@
 """`embedding`: rows of a weight table; saves only the indices (narrowest integer dtype).
 
 The gradient is a dense tensor of the weight's shape built with one index_add (no sparse gradient).
+Rows of a parameter are registered as such (`gathered.remember`): an op that saves them later (a
+BPR score, KGCN's neighbor mixing) stores the indices, exactly, instead of quantizing the rows.
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from tinykg_train.compress import stack
 from tinykg_train.compress.config import CompressionConfig
+from tinykg_train.compress.gathered import remember
 from tinykg_train.compress.ops.indices import check_index, compact_index, widen_index
 from tinykg_train.compress.saving import apply_compressed, load, save
 
@@ -18,9 +22,13 @@ from tinykg_train.compress.saving import apply_compressed, load, save
 class Embedding(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, weight: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        save(ctx, compact_index(index, weight.shape[0]))
+        compact = compact_index(index, weight.shape[0])
+        save(ctx, compact)
         ctx.weight_shape = weight.shape
-        return F.embedding(index, weight)
+        rows = F.embedding(index, weight)
+        if stack.is_persistent(weight):
+            remember(rows, weight, compact)
+        return rows
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
