@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tinykg_kernels import pack_planes, unpack_planes
+from tinykg_kernels import pack_planes, planes, unpack_planes
 from tinykg_kernels.planes import mask_bytes
 
 
@@ -31,3 +31,11 @@ def test_bad_input_says_what_to_pass():
         ValueError, match=r"3 uint8 bytes of a plane-packed mask of shape \(3, 7\) \(got 2"
     ):
         unpack_planes(torch.zeros(2, dtype=torch.uint8), (3, 7))
+
+
+def test_the_unrolled_and_the_whole_tensor_packing_give_the_same_bytes():
+    """The compiled loops pack one plane at a time, the eager path in three whole-tensor ops."""
+    mask = torch.rand(8, 1001, generator=torch.Generator().manual_seed(5)) > 0.5
+    unrolled = planes.pack(mask, unrolled=True)
+    assert torch.equal(unrolled, planes.pack(mask))
+    assert torch.equal(planes.unpack(unrolled), mask)

@@ -20,9 +20,9 @@ from tinykg_kernels import dispatch, planes
 
 
 @functools.cache
-def _apply_body():
+def _apply_body(compiled: bool = False):
     def apply(x: torch.Tensor, noise: torch.Tensor):  # [8, k] each
-        return x * noise, planes.pack(noise != 0)
+        return x * noise, planes.pack(noise != 0, unrolled=compiled)
 
     return apply
 
@@ -49,7 +49,7 @@ def apply_dropout_noise(
         if planes.runs_compiled(x, backend):
             out, kept = dispatch.compiled_ops().run_compiled(
                 _apply_body,
-                (),
+                (True,),
                 x.reshape(planes.PLANES, -1),
                 noise.reshape(planes.PLANES, -1),
                 dynamic=(1, 1),

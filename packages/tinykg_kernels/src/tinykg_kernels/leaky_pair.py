@@ -25,10 +25,10 @@ from tinykg_kernels import dispatch, planes
 
 
 @functools.cache
-def _pair_body(slope: float):
+def _pair_body(slope: float, compiled: bool = False):
     def pair(a: torch.Tensor, b: torch.Tensor):  # [8, k] each
         out = F.leaky_relu(a, slope) + F.leaky_relu(b, slope)
-        return out, planes.pack(a > 0), planes.pack(b > 0)
+        return out, planes.pack(a > 0, unrolled=compiled), planes.pack(b > 0, unrolled=compiled)
 
     return pair
 
@@ -61,7 +61,7 @@ def leaky_relu_pair(
             k = a.numel() // planes.PLANES
             out, mask_a, mask_b = dispatch.compiled_ops().run_compiled(
                 _pair_body,
-                (slope,),
+                (slope, True),
                 a.reshape(planes.PLANES, k),
                 b.reshape(planes.PLANES, k),
                 dynamic=(1, 1),

@@ -24,17 +24,26 @@ def mask_bytes(numel: int) -> int:
     return -(-numel // PLANES)
 
 
-def pack(mask: torch.Tensor) -> torch.Tensor:
-    """bool `[8, k]` -> uint8 `[k]`, plane j in bit j."""
-    packed = mask[0].to(torch.int32)
-    for plane in range(1, PLANES):
-        packed = packed | (mask[plane].to(torch.int32) << plane)
-    return packed.to(torch.uint8)
+def _shifts(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    return torch.arange(PLANES, dtype=dtype, device=device).view(PLANES, 1)
+
+
+def pack(mask: torch.Tensor, *, unrolled: bool = False) -> torch.Tensor:
+    """bool `[8, k]` -> uint8 `[k]`, plane j in bit j. `unrolled`: one OR per plane, the form a
+    compiled loop vectorizes best; otherwise three whole-tensor ops (few kernel launches, for the
+    eager path on any device). The same bytes either way."""
+    if unrolled:
+        packed = mask[0].to(torch.int32)
+        for plane in range(1, PLANES):
+            packed = packed | (mask[plane].to(torch.int32) << plane)
+        return packed.to(torch.uint8)
+    bits = mask.to(torch.uint8) << _shifts(mask.device, torch.uint8)
+    return bits.sum(dim=0, dtype=torch.uint8)  # distinct bits: the sum is their OR
 
 
 def unpack(packed: torch.Tensor) -> torch.Tensor:
     """uint8 `[k]` -> bool `[8, k]`."""
-    shifts = torch.arange(PLANES, dtype=torch.int32, device=packed.device).view(PLANES, 1)
+    shifts = _shifts(packed.device, torch.int32)
     return ((packed.to(torch.int32).unsqueeze(0) >> shifts) & 1).to(torch.bool)
 
 
