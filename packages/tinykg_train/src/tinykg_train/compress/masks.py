@@ -16,11 +16,30 @@ from tinykg_kernels.planes import unpack_planes
 
 
 @dataclass(frozen=True)
-class PackedMask:
-    """A bool tensor stored at one bit per element (`decode()` gives it back)."""
+class _BitMask:
+    """A bool tensor of `shape` stored at one bit per element in `packed`; subclasses know the
+    layout (`decode`)."""
 
     packed: torch.Tensor
     shape: torch.Size
+
+    @property
+    def nbytes(self) -> int:
+        return self.packed.numel()
+
+    def parts(self) -> tuple[torch.Tensor, ...]:
+        return (self.packed,)
+
+    def meta(self) -> torch.Size:
+        return self.shape
+
+    @classmethod
+    def rebuild(cls, meta: torch.Size, parts: tuple[torch.Tensor, ...]):
+        return cls(parts[0], meta)
+
+
+class PackedMask(_BitMask):
+    """A bool tensor in `tinykg_kernels.pack_bits`' layout (`decode()` gives it back)."""
 
     @classmethod
     def pack(cls, mask: torch.Tensor) -> PackedMask:
@@ -37,42 +56,10 @@ class PackedMask:
         """The mask, or with a float `dtype` the mask as 1 and 0 (made in one pass)."""
         return unpack_bits(self.packed, self.shape, dtype=dtype)
 
-    @property
-    def nbytes(self) -> int:
-        return self.packed.numel()
 
-    def parts(self) -> tuple[torch.Tensor, ...]:
-        return (self.packed,)
-
-    def meta(self) -> torch.Size:
-        return self.shape
-
-    @classmethod
-    def rebuild(cls, meta: torch.Size, parts: tuple[torch.Tensor, ...]) -> PackedMask:
-        return cls(parts[0], meta)
-
-
-@dataclass(frozen=True)
-class PlaneMask:
-    """A bool tensor of `shape` stored at one bit per element in `tinykg_kernels.planes`' layout (as
-    the fused `leaky_relu_pair` and `apply_dropout_noise` return it); `PackedMask`'s interface."""
-
-    packed: torch.Tensor
-    shape: torch.Size
+class PlaneMask(_BitMask):
+    """A bool tensor in `tinykg_kernels.planes`' layout, as the fused `leaky_relu_pair` and
+    `apply_dropout_noise` return it."""
 
     def decode(self, dtype: torch.dtype = torch.bool) -> torch.Tensor:
         return unpack_planes(self.packed, self.shape, dtype=dtype)
-
-    @property
-    def nbytes(self) -> int:
-        return self.packed.numel()
-
-    def parts(self) -> tuple[torch.Tensor, ...]:
-        return (self.packed,)
-
-    def meta(self) -> torch.Size:
-        return self.shape
-
-    @classmethod
-    def rebuild(cls, meta: torch.Size, parts: tuple[torch.Tensor, ...]) -> PlaneMask:
-        return cls(parts[0], meta)
