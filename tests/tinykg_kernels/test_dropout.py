@@ -33,12 +33,13 @@ def test_products_and_mask_are_torch_s_bit_for_bit(shape, p: float, backend: str
     assert torch.equal(back.signbit(), (grad * noise).signbit())  # -0 where a negative is dropped
 
 
-def test_other_dtypes_run_the_torch_ops():
-    x = torch.randn(64, 96, dtype=torch.bfloat16)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
+def test_other_dtypes_run_the_torch_ops_with_the_same_values(dtype):
+    x = torch.randn(64, 96, dtype=dtype)
     noise = noise_like(x, 0.3, seed=3)
     out, kept = apply_dropout_noise(x, noise)
-    assert out.dtype == torch.bfloat16 and torch.equal(out, x * noise)
-    value = torch.ones((), dtype=torch.bfloat16).div_(0.7).item()
+    assert out.dtype == dtype and torch.equal(out, x * noise)
+    value = torch.ones((), dtype=dtype).div_(0.7).item()  # the kept noise, in that dtype
     assert torch.equal(dropout_noise_backward(x, kept, value), x * noise)
 
 

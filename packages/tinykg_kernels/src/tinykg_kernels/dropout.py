@@ -30,7 +30,8 @@ def _apply_body(compiled: bool = False):
 @functools.cache
 def _backward_body(kept_value: float):
     def backward(grad: torch.Tensor, kept: torch.Tensor):  # grad [8, k], kept [k]
-        noise = torch.where(planes.unpack(kept), kept_value, 0.0).to(grad.dtype)
+        # 1 or 0 in grad's dtype times the value: exact in every float dtype
+        noise = planes.unpack(kept).to(grad.dtype) * kept_value
         return grad * noise
 
     return backward
