@@ -16,7 +16,7 @@ import functools
 
 import torch
 
-from tinykg_kernels import dispatch, planes
+from tinykg_kernels import planes
 
 
 @functools.cache
@@ -28,7 +28,7 @@ def _apply_body(compiled: bool = False):
 
 
 @functools.cache
-def _backward_body(kept_value: float):
+def _backward_body(kept_value: float, compiled: bool = False):  # one form either way
     def backward(grad: torch.Tensor, kept: torch.Tensor):  # grad [8, k], kept [k]
         # 1 or 0 in grad's dtype times the value: exact in every float dtype
         noise = planes.unpack(kept).to(grad.dtype) * kept_value
@@ -47,17 +47,8 @@ def apply_dropout_noise(
             f"{x.dtype} {tuple(x.shape)} and {noise.dtype} {tuple(noise.shape)})"
         )
     with torch.no_grad():
-        if planes.runs_compiled(x, backend):
-            out, kept = dispatch.compiled_ops().run_compiled(
-                _apply_body,
-                (True,),
-                x.reshape(planes.PLANES, -1),
-                noise.reshape(planes.PLANES, -1),
-                dynamic=(1, 1),
-            )
-            return out.view(x.shape), kept
-        out, kept = _apply_body()(planes.as_planes(x), planes.as_planes(noise))
-        return planes.from_planes(out, x.shape), kept
+        out, kept = planes.run_fused(_apply_body, (), (x, noise), backend=backend)
+    return planes.from_planes(out, x.shape), kept
 
 
 def dropout_noise_backward(
@@ -66,11 +57,6 @@ def dropout_noise_backward(
     """`grad * noise`, the noise rebuilt from its packed mask `kept`: `kept_value` where kept, 0
     elsewhere (`kept_value` as the forward's noise held it, e.g. float32 1 / (1 - p))."""
     planes.check_mask("kept", kept, grad.shape)
-    value = float(kept_value)
     with torch.no_grad():
-        if planes.runs_compiled(grad, backend):
-            out = dispatch.compiled_ops().run_compiled(
-                _backward_body, (value,), grad.reshape(planes.PLANES, -1), kept, dynamic=(1, 0)
-            )
-            return out.view(grad.shape)
-        return planes.from_planes(_backward_body(value)(planes.as_planes(grad), kept), grad.shape)
+        out = planes.run_fused(_backward_body, (float(kept_value),), (grad,), (kept,), backend)
+    return planes.from_planes(out, grad.shape)

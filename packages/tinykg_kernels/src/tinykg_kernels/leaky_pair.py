@@ -21,7 +21,7 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from tinykg_kernels import dispatch, planes
+from tinykg_kernels import planes
 
 
 @functools.cache
@@ -34,7 +34,7 @@ def _pair_body(slope: float, compiled: bool = False):
 
 
 @functools.cache
-def _pair_backward_body(slope: float):
+def _pair_backward_body(slope: float, compiled: bool = False):  # one form either way
     def pair_backward(grad: torch.Tensor, mask_a: torch.Tensor, mask_b: torch.Tensor):
         scaled = grad * slope
         return (
@@ -55,20 +55,11 @@ def leaky_relu_pair(
             "leaky_relu_pair needs two float tensors of one shape and dtype (got "
             f"{a.dtype} {tuple(a.shape)} and {b.dtype} {tuple(b.shape)})"
         )
-    slope = float(negative_slope)
     with torch.no_grad():
-        if planes.runs_compiled(a, backend):
-            k = a.numel() // planes.PLANES
-            out, mask_a, mask_b = dispatch.compiled_ops().run_compiled(
-                _pair_body,
-                (slope, True),
-                a.reshape(planes.PLANES, k),
-                b.reshape(planes.PLANES, k),
-                dynamic=(1, 1),
-            )
-            return out.view(a.shape), mask_a, mask_b
-        out, mask_a, mask_b = _pair_body(slope)(planes.as_planes(a), planes.as_planes(b))
-        return planes.from_planes(out, a.shape), mask_a, mask_b
+        out, mask_a, mask_b = planes.run_fused(
+            _pair_body, (float(negative_slope),), (a, b), backend=backend
+        )
+    return planes.from_planes(out, a.shape), mask_a, mask_b
 
 
 def leaky_relu_pair_backward(
@@ -82,17 +73,8 @@ def leaky_relu_pair_backward(
     `grad` where the input was positive, `grad * negative_slope` elsewhere."""
     planes.check_mask("mask_a", mask_a, grad.shape)
     planes.check_mask("mask_b", mask_b, grad.shape)
-    slope = float(negative_slope)
     with torch.no_grad():
-        if planes.runs_compiled(grad, backend):
-            grad_a, grad_b = dispatch.compiled_ops().run_compiled(
-                _pair_backward_body,
-                (slope,),
-                grad.reshape(planes.PLANES, -1),
-                mask_a,
-                mask_b,
-                dynamic=(1, 0, 0),
-            )
-            return grad_a.view(grad.shape), grad_b.view(grad.shape)
-        grad_a, grad_b = _pair_backward_body(slope)(planes.as_planes(grad), mask_a, mask_b)
-        return planes.from_planes(grad_a, grad.shape), planes.from_planes(grad_b, grad.shape)
+        grad_a, grad_b = planes.run_fused(
+            _pair_backward_body, (float(negative_slope),), (grad,), (mask_a, mask_b), backend
+        )
+    return planes.from_planes(grad_a, grad.shape), planes.from_planes(grad_b, grad.shape)

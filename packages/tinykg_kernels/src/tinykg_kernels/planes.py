@@ -11,6 +11,7 @@ here are plain torch ops: the fused bodies are traced from them, and they run ea
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -70,6 +71,25 @@ def runs_compiled(x: torch.Tensor, backend: str | None) -> bool:
         and x.dtype == torch.float32
         and x.numel() % PLANES == 0
     )
+
+
+def run_fused(
+    body_factory: Callable[..., Callable],
+    key: tuple,
+    values: Sequence[torch.Tensor],
+    masks: Sequence[torch.Tensor] = (),
+    backend: str | None = None,
+):
+    """`body_factory(*key, compiled)` on `values` as `[8, k]` planes and plane-packed `masks`
+    (`[k]`): the compiled loops when `runs_compiled(values[0])`, else the same body eagerly on
+    zero-padded planes. Returns what the body returns (take values back with `from_planes`)."""
+    if runs_compiled(values[0], backend):
+        planes = [v.reshape(PLANES, -1) for v in values]
+        dynamic = (1,) * len(planes) + (0,) * len(masks)
+        return dispatch.compiled_ops().run_compiled(
+            body_factory, (*key, True), *planes, *masks, dynamic=dynamic
+        )
+    return body_factory(*key, False)(*[as_planes(v) for v in values], *masks)
 
 
 def check_mask(name: str, mask: torch.Tensor, shape: torch.Size | tuple[int, ...]) -> None:
