@@ -115,9 +115,9 @@ def cached(
     if key is None:
         return make(tensor)
     for candidate in (*also, kind):
-        entry = _state.cache.get((candidate, key))
-        if entry is not None and entry[0]() is not None:
-            return entry[1]
+        value = _held(candidate, key)
+        if value is not None:
+            return value
     value = make(tensor)
     _state.cache[(kind, key)] = (weakref.ref(tensor.untyped_storage()), value)
     return value
@@ -126,7 +126,12 @@ def cached(
 def lookup(kind: Any, tensor: torch.Tensor) -> Any:
     """What `cached` holds for (kind, this tensor version) while its source lives, else None."""
     key = tensor_key(tensor) if _state.layers else None
-    entry = None if key is None else _state.cache.get((kind, key))
+    return None if key is None else _held(kind, key)
+
+
+def _held(kind: Any, key: tuple) -> Any:
+    """The cache's value for (kind, key) while its source storage lives, else None."""
+    entry = _state.cache.get((kind, key))
     return None if entry is None or entry[0]() is None else entry[1]
 
 

@@ -8,6 +8,7 @@ runs on the CPU, whose noise tensor is 0 or 1 / (1 - p).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -46,6 +47,13 @@ def through_positive_mask(grad: torch.Tensor, positive: PackedMask, slope: float
     return torch.ops.aten.leaky_relu_backward(grad, stand_in, slope, False)
 
 
+@functools.cache
+def _kept_value(dtype: torch.dtype, p: float) -> float:
+    """The kept elements' noise value, 1 / (1 - p) as `div_` rounds it in `dtype` (once per
+    (dtype, p), not per step)."""
+    return torch.ones((), dtype=dtype).div_(1 - p).item()
+
+
 class MaskedDropout(torch.autograd.Function):
     """`F.dropout`'s own CPU arithmetic (noise = bernoulli(1 - p) / (1 - p), out = x * noise: the same
     draws and values as the plain op), saving which elements were kept at one bit instead of the
@@ -57,8 +65,7 @@ class MaskedDropout(torch.autograd.Function):
         noise = torch.empty_like(x).bernoulli_(1 - p).div_(1 - p)
         out, kept = apply_dropout_noise(x, noise)
         save(ctx, PlaneMask(kept, x.shape))
-        # the kept elements' noise value, as the division above rounded it
-        ctx.kept_value = torch.ones((), dtype=x.dtype).div_(1 - p).item()
+        ctx.kept_value = _kept_value(x.dtype, p)
         return out
 
     @staticmethod

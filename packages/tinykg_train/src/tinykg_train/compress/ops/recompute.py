@@ -3,8 +3,8 @@
 Some losses build many intermediates from a few small inputs: KGIN's independence penalty turns each
 pair of intents (rows of a `[intents, relations]` parameter) into two `[relations, relations]`
 distance matrices and a dozen ops on them. Under `compress_saved_tensors` every one of those saved
-matrices is quantized in forward and dequantized in backward (on music-kgcn 36 quantizations and
-some 80 decodes a step, for a penalty of a few hundred floats of input), and the gradient of the
+matrices is quantized in forward and dequantized in backward (dozens of quantizations and decodes
+a step, for a penalty of a few hundred floats of input), and the gradient of the
 square roots and normalizations is nonlinear in what was rounded. This Function keeps only the
 inputs (parameters or their rows: held anyway) and reruns the subgraph in backward with plain
 autograd, uncompressed: nothing quantized, the exact gradient, for one more forward of a small
