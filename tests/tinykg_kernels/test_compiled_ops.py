@@ -151,16 +151,7 @@ def test_runs_inside_saved_tensor_hooks_and_gradients_follow():
     assert 0 < float((w.grad - exact).norm() / exact.norm()) < 0.02  # rounded, and by little
 
 
-def test_a_failed_compile_warns_once_and_runs_the_same_math_eagerly(monkeypatch):
-    monkeypatch.setattr(compiled_ops, "_failure", None)
-
-    def no_compiler(*key):
-        def fail(*args):
-            raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found\nmore detail")
-
-        return fail
-
-    monkeypatch.setattr(compiled_ops, "_compiled", no_compiler)
+def test_a_failed_compile_warns_once_and_runs_the_same_math_eagerly(no_compiler):
     x = torch.randn(64, 64)
     layout = GroupLayout.for_shape(tuple(x.shape), None, 2)
     with pytest.warns(RuntimeWarning, match="torch.compile failed .*No working C\\+\\+ compiler"):
