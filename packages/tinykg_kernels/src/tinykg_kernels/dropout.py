@@ -31,7 +31,7 @@ def _apply_body(compiled: bool = False):
 def _backward_body(kept_value: float, compiled: bool = False):  # one form either way
     def backward(grad: torch.Tensor, kept: torch.Tensor):  # grad [8, k], kept [k]
         # 1 or 0 in grad's dtype times the value: exact in every float dtype
-        noise = planes.unpack(kept).to(grad.dtype) * kept_value
+        noise = planes.unpack(kept, grad.dtype) * kept_value
         return grad * noise
 
     return backward

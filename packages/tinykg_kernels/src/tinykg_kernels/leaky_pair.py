@@ -35,12 +35,15 @@ def _pair_body(slope: float, compiled: bool = False):
 
 @functools.cache
 def _pair_backward_body(slope: float, compiled: bool = False):  # one form either way
+    def factor(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """1 where the input was positive, `slope` elsewhere: `bit + (1 - bit) * slope`, exact for
+        a bit of 0 or 1 (a select on the unpacked bits compiles to a loop 3x slower)."""
+        bit = planes.unpack(mask, dtype)
+        return bit + (1 - bit) * slope
+
     def pair_backward(grad: torch.Tensor, mask_a: torch.Tensor, mask_b: torch.Tensor):
-        scaled = grad * slope
-        return (
-            torch.where(planes.unpack(mask_a), grad, scaled),
-            torch.where(planes.unpack(mask_b), grad, scaled),
-        )
+        # grad * 1 is grad and grad * slope is torch's scaled gradient: the same bits as a select
+        return grad * factor(mask_a, grad.dtype), grad * factor(mask_b, grad.dtype)
 
     return pair_backward
 

@@ -30,22 +30,24 @@ def _shifts(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
 
 
 def pack(mask: torch.Tensor, *, unrolled: bool = False) -> torch.Tensor:
-    """bool `[8, k]` -> uint8 `[k]`, plane j in bit j. `unrolled`: one OR per plane, the form a
-    compiled loop vectorizes best; otherwise three whole-tensor ops (few kernel launches, for the
+    """bool `[8, k]` -> uint8 `[k]`, plane j in bit j. `unrolled`: a float sum of `plane * 2**j`
+    (exact below 256), the form a compiled loop runs fastest (integer shifts and ORs of the bools
+    take a slower vector-mask path); otherwise three whole-tensor ops (few kernel launches, for the
     eager path on any device). The same bytes either way."""
     if unrolled:
-        packed = mask[0].to(torch.int32)
+        packed = mask[0].to(torch.float32)
         for plane in range(1, PLANES):
-            packed = packed | (mask[plane].to(torch.int32) << plane)
+            packed = packed + mask[plane].to(torch.float32) * float(1 << plane)
         return packed.to(torch.uint8)
     bits = mask.to(torch.uint8) << _shifts(mask.device, torch.uint8)
     return bits.sum(dim=0, dtype=torch.uint8)  # distinct bits: the sum is their OR
 
 
-def unpack(packed: torch.Tensor) -> torch.Tensor:
-    """uint8 `[k]` -> bool `[8, k]`."""
+def unpack(packed: torch.Tensor, dtype: torch.dtype = torch.bool) -> torch.Tensor:
+    """uint8 `[k]` -> `[8, k]` of `dtype`: bool, or 1 and 0 (converted from the integer bits
+    directly: through bool, a compiled loop takes a vector-mask path about 3x slower)."""
     shifts = _shifts(packed.device, torch.int32)
-    return ((packed.to(torch.int32).unsqueeze(0) >> shifts) & 1).to(torch.bool)
+    return ((packed.to(torch.int32).unsqueeze(0) >> shifts) & 1).to(dtype)
 
 
 def as_planes(x: torch.Tensor) -> torch.Tensor:
