@@ -48,13 +48,18 @@ CASES = [  # bits, scheme, input dtype, parameter dtype, group_size, shape
     (4, "uniform", torch.float32, torch.bfloat16, 100, (7, 30)),  # a short last group beside
     (4, "uniform", torch.float32, torch.bfloat16, 6, (5, 12)),  # 6 % 4 != 0: int16 words
     (2, "uniform", torch.float32, torch.bfloat16, 64, (4, 10)),  # one short group: eager
+    # the native loops' widths: 16-lane parts and a shorter last part of a group
+    (8, "uniform", torch.float32, torch.bfloat16, None, (33, 24)),
+    (4, "uniform", torch.float32, torch.bfloat16, None, (50, 176)),
+    (2, "normal", torch.float32, torch.bfloat16, None, (40, 40)),
+    (1, "uniform", torch.float32, torch.bfloat16, None, (30, 24)),
 ]
 
 
 @pytest.mark.parametrize(("bits", "scheme", "dtype", "param_dtype", "group_size", "shape"), CASES)
 @pytest.mark.parametrize("seed", [SEED, None])
 def test_equals_the_reference_with_counter_noise(
-    bits, scheme, dtype, param_dtype, group_size, shape, seed
+    bits, scheme, dtype, param_dtype, group_size, shape, seed, cpu_loops
 ):
     x = awkward_input(shape, dtype)
     layout = GroupLayout.for_shape(shape, group_size, bits)
@@ -117,7 +122,7 @@ def test_auto_uses_it_for_large_cpu_tensors_only(monkeypatch):
 
 
 @pytest.mark.parametrize("bits", [1, 2])
-def test_stochastic_rounding_is_unbiased(bits: int):
+def test_stochastic_rounding_is_unbiased(bits: int, cpu_loops):
     """The mean of many draws converges to x; round-to-nearest (the control) stays off by far more."""
     x = torch.randn(16, 64, generator=torch.Generator().manual_seed(0))
     draws = 600

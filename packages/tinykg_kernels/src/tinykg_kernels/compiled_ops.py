@@ -26,8 +26,8 @@ from collections.abc import Callable
 
 import torch
 
-from tinykg_kernels import bitmask, reference
-from tinykg_kernels.counter_noise import MAX_NUMEL, counter_noise, seed_keys
+from tinykg_kernels import bitmask, native, reference
+from tinykg_kernels.counter_noise import MAX_NUMEL, counter_noise, key_words, seed_keys
 from tinykg_kernels.levels import interval_constants
 from tinykg_kernels.packing import GroupLayout
 
@@ -281,12 +281,17 @@ def quantize(
         return _quantize_eagerly(flat, layout, scheme, param_dtype, noise_keys)
     body, tail = _split(layout)
     x = flat[: body.numel].view(body.n_groups, body.group_len)
-    key = (scheme, layout.bits, param_dtype, stochastic, layout.group_len)
-    codes, scale, zero, bad = run_compiled(_quantize_body, key, x, keys, dynamic=(0, None))
-    if bool(bad.any()):  # NaN/Inf groups store codes 0 and NaN parameters, as in the reference
-        codes = codes.masked_fill(bad[:, None], 0)
-        # the reference's NaN bits (a vectorized float32-to-bfloat16 conversion writes others)
-        scale, zero = scale.masked_fill(bad, float("nan")), zero.masked_fill(bad, float("nan"))
+    if native.applies(flat.dtype, param_dtype, flat.device):  # the same codes, faster
+        normal = interval_constants(layout.group_len) if scheme == "normal" else None
+        words = key_words(seed) if stochastic else None
+        codes, scale, zero, _ = native.quantize_groups(x.contiguous(), layout.bits, normal, words)
+    else:
+        key = (scheme, layout.bits, param_dtype, stochastic, layout.group_len)
+        codes, scale, zero, bad = run_compiled(_quantize_body, key, x, keys, dynamic=(0, None))
+        if bool(bad.any()):  # NaN/Inf groups store codes 0 and NaN parameters, as the reference
+            codes = codes.masked_fill(bad[:, None], 0)
+            # the reference's NaN bits (a vectorized float32-to-bfloat16 conversion writes others)
+            scale, zero = scale.masked_fill(bad, float("nan")), zero.masked_fill(bad, float("nan"))
     if tail is None:
         return codes, scale, zero
     last = _quantize_eagerly(flat[body.numel :], tail, scheme, param_dtype, noise_keys, body.numel)
@@ -314,8 +319,16 @@ def dequantize(
         return reference.dequantize(codes, scale, zero, layout, scheme, dtype)
     body, tail = _split(layout)
     n = body.n_groups
-    key = (scheme, layout.bits, dtype, layout.group_len)
-    values = run_compiled(_dequantize_body, key, codes[:n], scale[:n], zero[:n], dynamic=(0, 0, 0))
+    if native.applies(dtype, scale.dtype, codes.device):  # the same values, faster
+        levels = interval_constants(layout.group_len)[0] if scheme == "normal" else None
+        values = native.dequantize_groups(
+            codes[:n].contiguous(), scale[:n], zero[:n], layout.group_len, layout.bits, levels
+        )
+    else:
+        key = (scheme, layout.bits, dtype, layout.group_len)
+        values = run_compiled(
+            _dequantize_body, key, codes[:n], scale[:n], zero[:n], dynamic=(0, 0, 0)
+        )
     values = values.reshape(-1)
     if tail is None:
         return values

@@ -26,12 +26,17 @@ _MUL_2 = 0x846CA68B - 2**32  # as a signed int32
 _INV_2_24 = 1.0 / 2**24
 
 
-def seed_keys(seed: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """The two int32 keys of a 63-bit seed (low and high 32 bits), as a tensor so a compiled
-    function takes a new seed without recompiling."""
+def key_words(seed: int) -> tuple[int, int]:
+    """The two int32 keys of a 63-bit seed (low and high 32 bits, as signed ints)."""
     low, high = seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF
     as_int32 = lambda word: word - 2**32 if word >= 2**31 else word  # noqa: E731
-    return torch.tensor([as_int32(low), as_int32(high)], dtype=torch.int32, device=device)
+    return as_int32(low), as_int32(high)
+
+
+def seed_keys(seed: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """`key_words(seed)` as a tensor, so a compiled function takes a new seed without
+    recompiling."""
+    return torch.tensor(key_words(seed), dtype=torch.int32, device=device)
 
 
 def _shr(h: torch.Tensor, shift: int) -> torch.Tensor:

@@ -1,0 +1,421 @@
+// The codec's float32 CPU loops in plain C++ (no torch headers), for `native.py`.
+//
+// The same IEEE float32 steps as `reference.quantize` / `reference.dequantize` with the noise of
+// `counter_noise`, so the results are the reference's bit for bit: built with -O3 -march=native and
+// -ffp-contract=off (no fused multiply-adds: every product and sum rounds as torch's do). One pass
+// over the input per call, the group parameters computed in the same loop, the codes packed in
+// registers: inductor's fused loop for the same math runs about 5x slower (its vector-mask selects
+// and a scalar packing loop).
+//
+// Parameters are stored as bfloat16 bits (the default for float32 activations); other parameter
+// dtypes stay on the compiled (inductor) path.
+
+#include <cstdint>
+#include <cstring>
+
+namespace {
+
+constexpr int kChunk = 16;  // the most codes left after the vector loop
+constexpr float kSmallestNormal = 1.17549435082228750797e-38f;
+constexpr uint16_t kBfloat16Nan = 0x7FC0;  // torch's bfloat16 NaN (float('nan') converted)
+
+// GCC/Clang vector extensions: 16 lanes, whatever the CPU's vector width (-march=native picks it).
+constexpr int kLanes = 16;
+typedef float vf16 __attribute__((vector_size(64)));
+typedef int32_t vi16 __attribute__((vector_size(64)));
+typedef uint32_t vu16 __attribute__((vector_size(64)));
+typedef int32_t vi8 __attribute__((vector_size(32)));
+typedef int32_t vi4 __attribute__((vector_size(16)));
+typedef int32_t vi2 __attribute__((vector_size(8)));
+typedef uint8_t vb16 __attribute__((vector_size(16)));
+typedef uint8_t vb8 __attribute__((vector_size(8)));
+typedef uint8_t vb4 __attribute__((vector_size(4)));
+typedef uint8_t vb2 __attribute__((vector_size(2)));
+
+template <typename V, typename T>
+inline V load(const T* p) {
+  V v;
+  std::memcpy(&v, p, sizeof(V));
+  return v;
+}
+
+template <typename T, typename V>
+inline void store(T* p, V v) {
+  std::memcpy(p, &v, sizeof(V));
+}
+
+// Neighbouring lanes merged: lane 2i | lane 2i+1 << shift (packing), and split back (unpacking).
+inline vi8 merge(vi16 v, int shift) {
+  return __builtin_shufflevector(v, v, 0, 2, 4, 6, 8, 10, 12, 14) |
+         (__builtin_shufflevector(v, v, 1, 3, 5, 7, 9, 11, 13, 15) << shift);
+}
+inline vi4 merge(vi8 v, int shift) {
+  return __builtin_shufflevector(v, v, 0, 2, 4, 6) | (__builtin_shufflevector(v, v, 1, 3, 5, 7) << shift);
+}
+inline vi2 merge(vi4 v, int shift) {
+  return __builtin_shufflevector(v, v, 0, 2) | (__builtin_shufflevector(v, v, 1, 3) << shift);
+}
+inline vi16 split(vi8 v, int shift, int mask) {
+  return __builtin_shufflevector(v & mask, v >> shift, 0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6,
+                                 14, 7, 15);
+}
+inline vi8 split(vi4 v, int shift, int mask) {
+  return __builtin_shufflevector(v & mask, v >> shift, 0, 4, 1, 5, 2, 6, 3, 7);
+}
+inline vi4 split(vi2 v, int shift, int mask) {
+  return __builtin_shufflevector(v & mask, v >> shift, 0, 2, 1, 3);
+}
+
+// 16 codes (int32 lanes < 2**BITS) packed into 2 * BITS bytes at `out`.
+template <int BITS>
+inline void pack16(vi16 codes, uint8_t* out) {
+  if constexpr (BITS == 8) {
+    store(out, __builtin_convertvector(codes, vb16));
+  } else if constexpr (BITS == 4) {
+    store(out, __builtin_convertvector(merge(codes, 4), vb8));
+  } else if constexpr (BITS == 2) {
+    store(out, __builtin_convertvector(merge(merge(codes, 2), 4), vb4));
+  } else {
+    store(out, __builtin_convertvector(merge(merge(merge(codes, 1), 2), 4), vb2));
+  }
+}
+
+// The 16 codes packed in the 2 * BITS bytes at `in`, as int32 lanes.
+template <int BITS>
+inline vi16 unpack16(const uint8_t* in) {
+  if constexpr (BITS == 8) {
+    return __builtin_convertvector(load<vb16>(in), vi16);
+  } else if constexpr (BITS == 4) {
+    return split(__builtin_convertvector(load<vb8>(in), vi8), 4, 0xF);
+  } else if constexpr (BITS == 2) {
+    return split(split(__builtin_convertvector(load<vb4>(in), vi4), 4, 0xF), 2, 0x3);
+  } else {
+    return split(split(split(__builtin_convertvector(load<vb2>(in), vi2), 4, 0xF), 2, 0x3), 1, 0x1);
+  }
+}
+
+inline uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+inline float float_of(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline bool is_finite(float f) { return (bits_of(f) & 0x7F800000u) != 0x7F800000u; }
+
+// `reference._round_directed_bfloat16_bits`: float32 -> the bfloat16 value towards +inf (`up`) or
+// -inf, kept in float32. NaN stays NaN.
+inline float round_bfloat16(float v, bool up) {
+  if (v != v) return v;
+  const uint32_t b = bits_of(v);
+  const uint32_t towards_zero = b & 0xFFFF0000u;
+  const uint32_t away_from_zero = (b + 0xFFFFu) & 0xFFFF0000u;
+  const bool negative = static_cast<int32_t>(b) < 0;
+  return float_of(up == negative ? towards_zero : away_from_zero);
+}
+
+inline float bfloat16_value(uint16_t b) { return float_of(static_cast<uint32_t>(b) << 16); }
+
+// `counter_noise`: lowbias32 of (index + k1) ^ k0, top 24 bits as a float in [0, 1).
+inline float counter_noise(uint32_t index, uint32_t k0, uint32_t k1) {
+  uint32_t h = (index + k1) ^ k0;
+  h ^= h >> 16;
+  h *= 0x7FEB352Du;
+  h ^= h >> 15;
+  h *= 0x846CA68Bu;
+  h ^= h >> 16;
+  return static_cast<float>(h >> 8) * (1.0f / 16777216.0f);
+}
+
+// Packs `n` codes (n a multiple of 8 / BITS) into n * BITS / 8 bytes, element c of a byte at bit
+// (c % per_byte) * BITS, through integer words (the compiler vectorizes these loops).
+template <int BITS>
+void pack_codes(const uint8_t* codes, int64_t n, uint8_t* out) {
+  if constexpr (BITS == 8) {
+    std::memcpy(out, codes, n);
+  } else if constexpr (BITS == 4) {
+    for (int64_t b = 0; b < n / 2; ++b) {
+      uint16_t w;
+      std::memcpy(&w, codes + 2 * b, 2);
+      out[b] = static_cast<uint8_t>((w & 0xFu) | ((w >> 4) & 0xF0u));
+    }
+  } else if constexpr (BITS == 2) {
+    for (int64_t b = 0; b < n / 4; ++b) {
+      uint32_t w;
+      std::memcpy(&w, codes + 4 * b, 4);
+      out[b] = static_cast<uint8_t>((w & 0x3u) | ((w >> 6) & 0xCu) | ((w >> 12) & 0x30u) |
+                                    ((w >> 18) & 0xC0u));
+    }
+  } else {
+    for (int64_t b = 0; b < n / 8; ++b) {
+      uint64_t w;
+      std::memcpy(&w, codes + 8 * b, 8);
+      // byte k's low bit to bit k: the multiply gathers them into the top byte (no carries:
+      // each bit lands alone)
+      out[b] = static_cast<uint8_t>(((w & 0x0101010101010101ull) * 0x0102040810204080ull) >> 56);
+    }
+  }
+}
+
+// Min and max of a group (NaN skipped) and whether it holds a NaN.
+void group_range(const float* x, int64_t n, float* lo_out, float* hi_out, bool* has_nan) {
+  vf16 lo = vf16{} + __builtin_inff(), hi = vf16{} - __builtin_inff();
+  vi16 nan_seen = vi16{};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    const vf16 v = load<vf16>(x + j);
+    lo = v < lo ? v : lo;
+    hi = v > hi ? v : hi;
+    nan_seen |= v != v;
+  }
+  // lanes folded in halves (4 shuffles), not one by one
+#define TINYKG_FOLD(...)                                   \
+  {                                                        \
+    const vf16 lo_2 = __builtin_shufflevector(lo, lo, __VA_ARGS__); \
+    const vf16 hi_2 = __builtin_shufflevector(hi, hi, __VA_ARGS__); \
+    lo = lo_2 < lo ? lo_2 : lo;                            \
+    hi = hi_2 > hi ? hi_2 : hi;                            \
+    nan_seen |= __builtin_shufflevector(nan_seen, nan_seen, __VA_ARGS__); \
+  }
+  TINYKG_FOLD(8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7)
+  TINYKG_FOLD(4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3)
+  TINYKG_FOLD(2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1)
+  TINYKG_FOLD(1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0)
+#undef TINYKG_FOLD
+  float l = lo[0], h = hi[0];
+  bool any_nan = nan_seen[0] != 0;
+  for (; j < n; ++j) {
+    const float v = x[j];
+    l = v < l ? v : l;
+    h = v > h ? v : h;
+    any_nan |= v != v;
+  }
+  *lo_out = l;
+  *hi_out = h;
+  *has_nan = any_nan;
+}
+
+struct NormalTable {
+  float level[4];
+  float inverse_width[3];
+};
+
+// Codes of `n` consecutive elements of a group, the first at flat index `first_index`.
+template <bool NORMAL, bool STOCHASTIC>
+void encode(const float* x, int64_t n, uint32_t first_index, float zero, float inverse, float top,
+            const NormalTable& table, uint32_t k0, uint32_t k1, uint8_t* codes) {
+  const float l0 = table.level[0], l1 = table.level[1], l2 = table.level[2];
+  const float w0 = table.inverse_width[0], w1 = table.inverse_width[1],
+              w2 = table.inverse_width[2];
+  for (int64_t j = 0; j < n; ++j) {
+    const float t = (x[j] - zero) * inverse;
+    const float u =
+        STOCHASTIC ? counter_noise(first_index + static_cast<uint32_t>(j), k0, k1) : 0.5f;
+    if constexpr (NORMAL) {
+      const bool above_1 = t >= l1, above_2 = t >= l2;
+      const float level = above_2 ? l2 : (above_1 ? l1 : l0);
+      const float width = above_2 ? w2 : (above_1 ? w1 : w0);
+      const float p_up = (t - level) * width;
+      codes[j] = static_cast<uint8_t>(static_cast<int>(above_1) + static_cast<int>(above_2) +
+                                      static_cast<int>(u < p_up));
+    } else {
+      float c = t + u;
+      // floor, then clamp to [0, top]: the same as truncating after the clamp
+      c = c > 0.0f ? c : 0.0f;
+      c = c < top ? c : top;
+      codes[j] = static_cast<uint8_t>(static_cast<int32_t>(c));
+    }
+  }
+}
+
+// `encode` for 16 elements at once (flat indices first_index ..): the codes as int32 lanes.
+template <bool NORMAL, bool STOCHASTIC>
+inline vi16 encode16(vf16 x, uint32_t first_index, float zero, float inverse, float top,
+                     const NormalTable& table, uint32_t k0, uint32_t k1) {
+  const vf16 t = (x - zero) * inverse;
+  vf16 u = vf16{} + 0.5f;
+  if constexpr (STOCHASTIC) {
+    const vu16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    vu16 h = ((first_index + lane) + k1) ^ k0;
+    h ^= h >> 16;
+    h *= 0x7FEB352Du;
+    h ^= h >> 15;
+    h *= 0x846CA68Bu;
+    h ^= h >> 16;
+    u = __builtin_convertvector(h >> 8, vf16) * (1.0f / 16777216.0f);
+  }
+  if constexpr (NORMAL) {
+    const vi16 above_1 = t >= table.level[1], above_2 = t >= table.level[2];  // -1 or 0
+    const vf16 level = above_2 ? vf16{} + table.level[2]
+                               : (above_1 ? vf16{} + table.level[1] : vf16{} + table.level[0]);
+    const vf16 width = above_2 ? vf16{} + table.inverse_width[2]
+                               : (above_1 ? vf16{} + table.inverse_width[1]
+                                          : vf16{} + table.inverse_width[0]);
+    const vf16 p_up = (t - level) * width;
+    return -(above_1 + above_2 + (u < p_up));
+  } else {
+    vf16 c = t + u;
+    c = c > 0.0f ? c : vf16{};  // floor, then clamp to [0, top] = truncate after the clamp
+    c = c < top ? c : vf16{} + top;
+    return __builtin_convertvector(c, vi16);
+  }
+}
+
+template <int BITS, bool NORMAL, bool STOCHASTIC>
+void quantize_groups(const float* x, int64_t n_groups, int64_t group_len, const NormalTable& table,
+                     uint32_t k0, uint32_t k1, uint8_t* packed, uint16_t* zero_out,
+                     uint16_t* scale_out, uint8_t* bad_out) {
+  constexpr int kMaxCode = (1 << BITS) - 1;
+  constexpr int kSteps = NORMAL ? 1 : kMaxCode;
+  const float inverse_steps = static_cast<float>(1.0 / kSteps);
+  const int64_t bytes_per_group = group_len * BITS / 8;
+  uint8_t codes[kChunk];
+  for (int64_t g = 0; g < n_groups; ++g) {
+    const float* row = x + g * group_len;
+    uint8_t* out = packed + g * bytes_per_group;
+    float lo, hi;
+    bool has_nan;
+    group_range(row, group_len, &lo, &hi, &has_nan);
+    const float zero = round_bfloat16(lo, false);
+    float raw = (hi - zero) * inverse_steps;
+    raw = raw > 0.0f ? (raw > kSmallestNormal ? raw : kSmallestNormal) : 0.0f;
+    const float scale = round_bfloat16(raw, true);
+    const bool bad =
+        has_nan || !is_finite(lo) || !is_finite(hi) || !is_finite(zero) || !is_finite(scale);
+    bad_out[g] = bad;
+    if (bad) {
+      zero_out[g] = scale_out[g] = kBfloat16Nan;
+      std::memset(out, 0, bytes_per_group);
+      continue;
+    }
+    zero_out[g] = static_cast<uint16_t>(bits_of(zero) >> 16);
+    scale_out[g] = static_cast<uint16_t>(bits_of(scale) >> 16);
+    const float inverse = scale > 0.0f ? 1.0f / scale : 0.0f;
+    const uint32_t first = static_cast<uint32_t>(g * group_len);
+    int64_t j = 0;
+    for (; j + kLanes <= group_len; j += kLanes) {
+      const vi16 c = encode16<NORMAL, STOCHASTIC>(load<vf16>(row + j), first + j, zero, inverse,
+                                                  kMaxCode, table, k0, k1);
+      pack16<BITS>(c, out + j * BITS / 8);
+    }
+    if (j < group_len) {  // a last part shorter than 16 (still whole bytes)
+      const int64_t n = group_len - j;
+      encode<NORMAL, STOCHASTIC>(row + j, n, first + static_cast<uint32_t>(j), zero, inverse,
+                                 static_cast<float>(kMaxCode), table, k0, k1, codes);
+      pack_codes<BITS>(codes, n, out + j * BITS / 8);
+    }
+  }
+}
+
+template <int BITS, bool NORMAL>
+void dequantize_groups(const uint8_t* packed, const uint16_t* zero_bits,
+                       const uint16_t* scale_bits, int64_t n_groups, int64_t group_len,
+                       const float* levels, float* out) {
+  constexpr int kPerByte = 8 / BITS;
+  constexpr int kMask = (1 << BITS) - 1;
+  const int64_t bytes_per_group = group_len / kPerByte;
+  for (int64_t g = 0; g < n_groups; ++g) {
+    const float zero = bfloat16_value(zero_bits[g]);
+    const float scale = bfloat16_value(scale_bits[g]);
+    const uint8_t* in = packed + g * bytes_per_group;
+    float* values = out + g * group_len;
+    int64_t j = 0;
+    if constexpr (BITS == 8 && !NORMAL) {  // a plain loop: GCC vectorizes it better than lanes
+      for (; j < group_len; ++j) values[j] = static_cast<float>(in[j]) * scale + zero;
+    }
+    for (; j + kLanes <= group_len; j += kLanes) {
+      const vi16 code = unpack16<BITS>(in + j * BITS / 8);
+      vf16 level;
+      if constexpr (NORMAL) {
+        level = code < 2 ? (code == 0 ? vf16{} + levels[0] : vf16{} + levels[1])
+                         : (code == 2 ? vf16{} + levels[2] : vf16{} + levels[3]);
+      } else {
+        level = __builtin_convertvector(code, vf16);
+      }
+      store(values + j, level * scale + zero);
+    }
+    for (; j < group_len; ++j) {
+      const int code = (in[j / kPerByte] >> ((j % kPerByte) * BITS)) & kMask;
+      float level;
+      if constexpr (NORMAL) {  // selects rather than a gather: they vectorize
+        level = code < 2 ? (code == 0 ? levels[0] : levels[1]) : (code == 2 ? levels[2] : levels[3]);
+      } else {
+        level = static_cast<float>(code);
+      }
+      values[j] = level * scale + zero;
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+// Quantizes `n_groups` full groups of `group_len` float32 values (group_len a multiple of
+// 8 / bits): packed codes [n_groups, group_len * bits / 8], the bfloat16 bits of each group's
+// zero and scale, and a bad flag per group (NaN/Inf or an overflowing range: NaN parameters, codes
+// 0). `normal_table`: 4 levels then 3 inverse widths (2 bits, normal scheme), or null (uniform).
+// `stochastic`: counter noise under keys (k0, k1); else round to nearest. Returns 0, or -1 for an
+// unsupported width.
+int tinykg_quantize_bf16(const float* x, int64_t n_groups, int64_t group_len, int bits,
+                         const float* normal_table, int stochastic, int32_t k0, int32_t k1,
+                         uint8_t* packed, uint16_t* zero_out, uint16_t* scale_out,
+                         uint8_t* bad_out) {
+  NormalTable table{};
+  if (normal_table != nullptr) {
+    std::memcpy(table.level, normal_table, sizeof(table.level));
+    std::memcpy(table.inverse_width, normal_table + 4, sizeof(table.inverse_width));
+  }
+  const uint32_t u0 = static_cast<uint32_t>(k0), u1 = static_cast<uint32_t>(k1);
+#define TINYKG_QUANTIZE(B, N, S) \
+  quantize_groups<B, N, S>(x, n_groups, group_len, table, u0, u1, packed, zero_out, scale_out, bad_out)
+  const bool normal = normal_table != nullptr;
+  if (normal && bits != 2) return -1;
+  if (normal) {
+    stochastic ? TINYKG_QUANTIZE(2, true, true) : TINYKG_QUANTIZE(2, true, false);
+  } else if (bits == 8) {
+    stochastic ? TINYKG_QUANTIZE(8, false, true) : TINYKG_QUANTIZE(8, false, false);
+  } else if (bits == 4) {
+    stochastic ? TINYKG_QUANTIZE(4, false, true) : TINYKG_QUANTIZE(4, false, false);
+  } else if (bits == 2) {
+    stochastic ? TINYKG_QUANTIZE(2, false, true) : TINYKG_QUANTIZE(2, false, false);
+  } else if (bits == 1) {
+    stochastic ? TINYKG_QUANTIZE(1, false, true) : TINYKG_QUANTIZE(1, false, false);
+  } else {
+    return -1;
+  }
+#undef TINYKG_QUANTIZE
+  return 0;
+}
+
+// Dequantizes full groups to float32: zero + level * scale (two roundings, as the reference), the
+// level being the code, or `normal_levels[code]` (2 bits, normal scheme; null for uniform).
+int tinykg_dequantize_bf16(const uint8_t* packed, const uint16_t* zero_bits,
+                           const uint16_t* scale_bits, int64_t n_groups, int64_t group_len,
+                           int bits, const float* normal_levels, float* out) {
+#define TINYKG_DEQUANTIZE(B, N) \
+  dequantize_groups<B, N>(packed, zero_bits, scale_bits, n_groups, group_len, normal_levels, out)
+  if (normal_levels != nullptr) {
+    if (bits != 2) return -1;
+    TINYKG_DEQUANTIZE(2, true);
+  } else if (bits == 8) {
+    TINYKG_DEQUANTIZE(8, false);
+  } else if (bits == 4) {
+    TINYKG_DEQUANTIZE(4, false);
+  } else if (bits == 2) {
+    TINYKG_DEQUANTIZE(2, false);
+  } else if (bits == 1) {
+    TINYKG_DEQUANTIZE(1, false);
+  } else {
+    return -1;
+  }
+#undef TINYKG_DEQUANTIZE
+  return 0;
+}
+
+}  // extern "C"

@@ -1,0 +1,80 @@
+"""The native codec (`tinykg_kernels.native`): built once per machine and cached, used by the
+compiled backend exactly where it applies, off with TINYKG_KERNELS_NATIVE=0, and absent without
+a compiler (the inductor loops then run). Its values are checked against the reference in
+`test_compiled_ops` (every case, with and without it)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tinykg_kernels import compiled_ops, native, quantize
+from tinykg_kernels.packing import GroupLayout
+
+needs_native = pytest.mark.skipif(not native.available(), reason="no C++ compiler here")
+
+
+@needs_native
+def test_the_library_is_built_once_into_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(native.CACHE_ENV, str(tmp_path))
+    first = native._build(native._compiler())
+    assert first.parent == tmp_path and first.name.startswith("codec-")
+    stamp = first.stat().st_mtime_ns
+    assert native._build(native._compiler()) == first  # cached: not rebuilt
+    assert first.stat().st_mtime_ns == stamp
+    assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no partial file left behind
+
+
+def test_applies_to_float32_values_with_bfloat16_parameters_on_the_cpu_only():
+    if not native.available():
+        assert not native.applies(torch.float32, torch.bfloat16, torch.device("cpu"))
+        return
+    cpu = torch.device("cpu")
+    assert native.applies(torch.float32, torch.bfloat16, cpu)
+    assert not native.applies(torch.float16, torch.float16, cpu)
+    assert not native.applies(torch.float32, torch.float32, cpu)
+    assert not native.applies(torch.float32, torch.bfloat16, torch.device("meta"))
+
+
+@needs_native
+def test_the_compiled_backend_calls_it_where_it_applies_and_not_when_turned_off(monkeypatch):
+    calls = []
+    real = native.quantize_groups
+
+    def counting(*args):
+        calls.append(args[0].shape)
+        return real(*args)
+
+    monkeypatch.setattr(native, "quantize_groups", counting)
+    x = torch.randn(128, 64)
+    quantize(x, bits=2, seed=3, backend="compiled")
+    assert calls == [(128, 64)]
+    quantize(x, bits=2, seed=3, backend="compiled", scale_dtype=torch.float32)  # inductor's
+    assert len(calls) == 1
+    monkeypatch.setenv(native.NATIVE_ENV, "0")
+    quantize(x, bits=2, seed=3, backend="compiled")
+    assert len(calls) == 1
+
+
+def test_without_a_compiler_it_reports_why_and_the_inductor_loops_run(monkeypatch):
+    monkeypatch.setattr(native, "_failure", native.failure())  # restored after the test
+    monkeypatch.setattr(native, "_compiler", lambda: None)
+    native._library.cache_clear()
+    try:
+        assert not native.available()
+        assert "no C++ compiler" in native.failure()
+        layout = GroupLayout.for_shape((64, 64), None, 2)
+        x = torch.randn(64, 64)
+        codes, scale, zero = compiled_ops.quantize(
+            x.reshape(-1), layout, "uniform", torch.bfloat16, 5
+        )
+        assert codes.shape == (64, 16) and scale.dtype == torch.bfloat16
+    finally:
+        native._library.cache_clear()  # loaded again on next use
+
+
+def test_turned_off_by_the_environment(monkeypatch):
+    monkeypatch.setenv(native.NATIVE_ENV, "0")
+    assert not native.enabled() and not native.available()
+    monkeypatch.setenv(native.NATIVE_ENV, "1")
+    assert native.enabled()
