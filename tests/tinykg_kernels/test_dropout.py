@@ -33,6 +33,23 @@ def test_products_and_mask_are_torch_s_bit_for_bit(shape, p: float, backend: str
     assert torch.equal(back.signbit(), (grad * noise).signbit())  # -0 where a negative is dropped
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_bare_draws_with_the_kept_value_as_scale_give_the_same_products(dtype, backend):
+    x = torch.randn(512, 64, dtype=dtype)
+    x[0, :4] = torch.tensor([float("inf"), float("nan"), -0.0, -1.0])
+    generator = torch.Generator().manual_seed(4)
+    draws = torch.empty_like(x).bernoulli_(0.7, generator=generator)
+    draws[0, :4] = 0  # dropped: inf * 0 is NaN, -1 * 0 is -0, as in F.dropout
+    kept_value = torch.ones((), dtype=dtype).div_(0.7).item()
+    noise = draws * kept_value
+    out, kept = apply_dropout_noise(x, draws, backend=backend, scale=kept_value)
+    want, want_kept = apply_dropout_noise(x, noise, backend=backend)
+    assert torch.equal(out.view(torch.uint8), (x * noise).view(torch.uint8))  # NaN and -0 bits
+    assert torch.equal(out.view(torch.uint8), want.view(torch.uint8))
+    assert torch.equal(kept, want_kept)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
 def test_other_dtypes_run_the_torch_ops_with_the_same_values(dtype):
     x = torch.randn(64, 96, dtype=dtype)

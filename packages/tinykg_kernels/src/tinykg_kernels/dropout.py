@@ -20,8 +20,10 @@ from tinykg_kernels import planes
 
 
 @functools.cache
-def _apply_body(compiled: bool = False):
+def _apply_body(scale: float, compiled: bool = False):
     def apply(x: torch.Tensor, noise: torch.Tensor):  # [8, k] each
+        if scale != 1:  # 0 or 1 draws: times the value is exactly F.dropout's noise
+            return x * (noise * scale), planes.pack(noise != 0, unrolled=compiled)
         return x * noise, planes.pack(noise != 0, unrolled=compiled)
 
     return apply
@@ -38,16 +40,18 @@ def _backward_body(kept_value: float, compiled: bool = False):  # one form eithe
 
 
 def apply_dropout_noise(
-    x: torch.Tensor, noise: torch.Tensor, backend: str | None = None
+    x: torch.Tensor, noise: torch.Tensor, backend: str | None = None, *, scale: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`(x * noise, pack_planes(noise != 0))` for a dropout noise tensor of x's shape and dtype."""
+    """`(x * (noise * scale), pack_planes(noise != 0))` for a dropout noise tensor of x's shape and
+    dtype: the scaled noise itself (`scale` 1), or the bare 0/1 draws and `scale` the kept value
+    1 / (1 - p) as the noise holds it (the same values, without a pass to scale the draws)."""
     if x.shape != noise.shape or x.dtype != noise.dtype or not x.is_floating_point():
         raise ValueError(
             "apply_dropout_noise needs a float tensor and a noise tensor of its shape and dtype (got "
             f"{x.dtype} {tuple(x.shape)} and {noise.dtype} {tuple(noise.shape)})"
         )
     with torch.no_grad():
-        out, kept = planes.run_fused(_apply_body, (), (x, noise), backend=backend)
+        out, kept = planes.run_fused(_apply_body, (float(scale),), (x, noise), backend=backend)
     return planes.from_planes(out, x.shape), kept
 
 

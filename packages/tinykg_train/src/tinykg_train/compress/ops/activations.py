@@ -57,15 +57,16 @@ def _kept_value(dtype: torch.dtype, p: float) -> float:
 class MaskedDropout(torch.autograd.Function):
     """`F.dropout`'s own CPU arithmetic (noise = bernoulli(1 - p) / (1 - p), out = x * noise: the same
     draws and values as the plain op), saving which elements were kept at one bit instead of the
-    noise tensor: `tinykg_kernels.apply_dropout_noise` multiplies and packs the mask in one pass.
+    noise tensor: `tinykg_kernels.apply_dropout_noise` scales the draws, multiplies and packs the
+    mask in one pass.
     (`torch.native_dropout` multiplies by a bool mask, an unvectorized loop on the CPU.)"""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, p: float) -> torch.Tensor:
-        noise = torch.empty_like(x).bernoulli_(1 - p).div_(1 - p)
-        out, kept = apply_dropout_noise(x, noise)
-        save(ctx, PlaneMask(kept, x.shape))
+        draws = torch.empty_like(x).bernoulli_(1 - p)  # F.dropout's draws, not yet scaled
         ctx.kept_value = _kept_value(x.dtype, p)
+        out, kept = apply_dropout_noise(x, draws, scale=ctx.kept_value)
+        save(ctx, PlaneMask(kept, x.shape))
         return out
 
     @staticmethod
