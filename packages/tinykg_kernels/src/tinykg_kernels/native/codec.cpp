@@ -266,48 +266,86 @@ inline vi16 encode16(vf16 x, uint32_t first_index, float zero, float inverse, fl
   }
 }
 
+// `round_bfloat16` of 16 lanes.
+inline vf16 round_bfloat16(vf16 v, bool up) {
+  const vu16 b = reinterpret_cast<vu16>(v);
+  const vu16 towards_zero = b & 0xFFFF0000u;
+  const vu16 away_from_zero = (b + 0xFFFFu) & 0xFFFF0000u;
+  const vi16 negative = reinterpret_cast<vi16>(b) < 0;
+  const vu16 rounded = up ? (negative ? towards_zero : away_from_zero)
+                          : (negative ? away_from_zero : towards_zero);
+  return reinterpret_cast<vf16>(v != v ? b : rounded);  // NaN stays NaN
+}
+
+inline vi16 is_finite(vf16 v) {
+  return (reinterpret_cast<vi16>(v) & 0x7F800000) != 0x7F800000;
+}
+
+// One group's codes, packed, from its zero and 1 / scale.
+template <int BITS, bool NORMAL, bool STOCHASTIC>
+void encode_group(const float* row, int64_t group_len, uint32_t first, float zero, float inverse,
+                  const NormalTable& table, uint32_t k0, uint32_t k1, uint8_t* out) {
+  constexpr int kMaxCode = (1 << BITS) - 1;
+  int64_t j = 0;
+  for (; j + kLanes <= group_len; j += kLanes) {
+    const vi16 c = encode16<NORMAL, STOCHASTIC>(load<vf16>(row + j), first + j, zero, inverse,
+                                                kMaxCode, table, k0, k1);
+    pack16<BITS>(c, out + j * BITS / 8);
+  }
+  if (j < group_len) {  // a last part shorter than 16 (still whole bytes)
+    uint8_t codes[kChunk];
+    const int64_t n = group_len - j;
+    encode<NORMAL, STOCHASTIC>(row + j, n, first + static_cast<uint32_t>(j), zero, inverse,
+                               static_cast<float>(kMaxCode), table, k0, k1, codes);
+    pack_codes<BITS>(codes, n, out + j * BITS / 8);
+  }
+}
+
+// Groups 16 at a time: each one's range, then the parameters of all 16 in vector lanes (their
+// rounding, checks and reciprocal cost a group as much as its codes when done one by one), then
+// each one's codes.
 template <int BITS, bool NORMAL, bool STOCHASTIC>
 void quantize_groups(const float* x, int64_t n_groups, int64_t group_len, const NormalTable& table,
                      uint32_t k0, uint32_t k1, uint8_t* packed, uint16_t* zero_out,
                      uint16_t* scale_out, uint8_t* bad_out) {
-  constexpr int kMaxCode = (1 << BITS) - 1;
-  constexpr int kSteps = NORMAL ? 1 : kMaxCode;
+  constexpr int kSteps = NORMAL ? 1 : (1 << BITS) - 1;
   const float inverse_steps = static_cast<float>(1.0 / kSteps);
   const int64_t bytes_per_group = group_len * BITS / 8;
-  uint8_t codes[kChunk];
-  for (int64_t g = 0; g < n_groups; ++g) {
-    const float* row = x + g * group_len;
-    uint8_t* out = packed + g * bytes_per_group;
-    float lo, hi;
-    bool has_nan;
-    group_range(row, group_len, &lo, &hi, &has_nan);
-    const float zero = round_bfloat16(lo, false);
-    float raw = (hi - zero) * inverse_steps;
-    raw = raw > 0.0f ? (raw > kSmallestNormal ? raw : kSmallestNormal) : 0.0f;
-    const float scale = round_bfloat16(raw, true);
-    const bool bad =
-        has_nan || !is_finite(lo) || !is_finite(hi) || !is_finite(zero) || !is_finite(scale);
-    bad_out[g] = bad;
-    if (bad) {
-      zero_out[g] = scale_out[g] = kBfloat16Nan;
-      std::memset(out, 0, bytes_per_group);
-      continue;
+  for (int64_t g0 = 0; g0 < n_groups; g0 += kLanes) {
+    const int count = n_groups - g0 < kLanes ? static_cast<int>(n_groups - g0) : kLanes;
+    vf16 lo = vf16{}, hi = vf16{};
+    vi16 has_nan = vi16{};
+    for (int k = 0; k < count; ++k) {
+      float l, h;
+      bool nan;
+      group_range(x + (g0 + k) * group_len, group_len, &l, &h, &nan);
+      lo[k] = l;
+      hi[k] = h;
+      has_nan[k] = nan ? -1 : 0;
     }
-    zero_out[g] = static_cast<uint16_t>(bits_of(zero) >> 16);
-    scale_out[g] = static_cast<uint16_t>(bits_of(scale) >> 16);
-    const float inverse = scale > 0.0f ? 1.0f / scale : 0.0f;
-    const uint32_t first = static_cast<uint32_t>(g * group_len);
-    int64_t j = 0;
-    for (; j + kLanes <= group_len; j += kLanes) {
-      const vi16 c = encode16<NORMAL, STOCHASTIC>(load<vf16>(row + j), first + j, zero, inverse,
-                                                  kMaxCode, table, k0, k1);
-      pack16<BITS>(c, out + j * BITS / 8);
-    }
-    if (j < group_len) {  // a last part shorter than 16 (still whole bytes)
-      const int64_t n = group_len - j;
-      encode<NORMAL, STOCHASTIC>(row + j, n, first + static_cast<uint32_t>(j), zero, inverse,
-                                 static_cast<float>(kMaxCode), table, k0, k1, codes);
-      pack_codes<BITS>(codes, n, out + j * BITS / 8);
+    const vf16 zero = round_bfloat16(lo, false);
+    vf16 raw = (hi - zero) * inverse_steps;
+    raw = raw > 0.0f ? (raw > kSmallestNormal ? raw : vf16{} + kSmallestNormal) : vf16{};
+    const vf16 scale = round_bfloat16(raw, true);
+    const vi16 bad =
+        has_nan | ~(is_finite(lo) & is_finite(hi) & is_finite(zero) & is_finite(scale));
+    const vf16 inverse = scale > 0.0f ? 1.0f / scale : vf16{};
+    const vu16 zero_bits = reinterpret_cast<vu16>(zero) >> 16;
+    const vu16 scale_bits = reinterpret_cast<vu16>(scale) >> 16;
+    for (int k = 0; k < count; ++k) {
+      const int64_t g = g0 + k;
+      uint8_t* out = packed + g * bytes_per_group;
+      bad_out[g] = bad[k] != 0;
+      if (bad[k] != 0) {
+        zero_out[g] = scale_out[g] = kBfloat16Nan;
+        std::memset(out, 0, bytes_per_group);
+        continue;
+      }
+      zero_out[g] = static_cast<uint16_t>(zero_bits[k]);
+      scale_out[g] = static_cast<uint16_t>(scale_bits[k]);
+      encode_group<BITS, NORMAL, STOCHASTIC>(x + g * group_len, group_len,
+                                             static_cast<uint32_t>(g * group_len), zero[k],
+                                             inverse[k], table, k0, k1, out);
     }
   }
 }
