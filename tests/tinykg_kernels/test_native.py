@@ -18,7 +18,7 @@ needs_native = pytest.mark.skipif(not native.available(), reason="no C++ compile
 def test_the_library_is_built_once_into_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv(native.CACHE_ENV, str(tmp_path))
     first = native._build(native._compiler())
-    assert first.parent == tmp_path and first.name.startswith("codec-")
+    assert first.parent == tmp_path and first.name.startswith("native-")
     stamp = first.stat().st_mtime_ns
     assert native._build(native._compiler()) == first  # cached: not rebuilt
     assert first.stat().st_mtime_ns == stamp
@@ -78,3 +78,36 @@ def test_turned_off_by_the_environment(monkeypatch):
     assert not native.enabled() and not native.available()
     monkeypatch.setenv(native.NATIVE_ENV, "1")
     assert native.enabled()
+
+
+@needs_native
+@pytest.mark.parametrize("width", [16, 32, 48, 64, 8, 70])
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_csr_matmul_equals_the_dense_product(width, index_dtype):
+    generator = torch.Generator().manual_seed(width)
+    dense = torch.rand(40, 30, generator=generator)
+    dense[dense < 0.8] = 0  # ~20% entries, some rows empty
+    dense[5] = 0
+    csr = dense.to_sparse_csr()
+    x = torch.randn(30, width, generator=generator)
+    crow, col = csr.crow_indices().to(index_dtype), csr.col_indices().to(index_dtype)
+    assert native.csr_applies(crow, col, csr.values(), x)
+    out = native.csr_matmul(crow, col, csr.values(), x)
+    torch.testing.assert_close(out, dense @ x, rtol=1e-5, atol=1e-6)
+    assert torch.equal(out[5], torch.zeros(width))
+    again = native.csr_matmul(crow, col, csr.values(), x)
+    assert torch.equal(out, again)  # sequential sums: deterministic
+
+
+def test_csr_matmul_says_when_values_and_columns_disagree():
+    if not native.available():
+        pytest.skip("no C++ compiler here")
+    crow, col = torch.tensor([0, 1, 2], dtype=torch.int32), torch.tensor([0, 1], dtype=torch.int32)
+    with pytest.raises(ValueError, match="one value per column index"):
+        native.csr_matmul(crow, col, torch.ones(3), torch.ones(2, 4))
+
+
+def test_csr_matmul_applies_to_float32_cpu_tensors_only():
+    i32 = torch.zeros(3, dtype=torch.int32)
+    assert not native.csr_applies(i32, i32, torch.ones(2), torch.ones(2, 4, dtype=torch.float64))
+    assert not native.csr_applies(i32, i32.long(), torch.ones(2), torch.ones(2, 4))

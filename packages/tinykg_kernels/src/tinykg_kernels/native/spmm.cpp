@@ -1,0 +1,81 @@
+// A sparse CSR matrix times a dense float32 matrix, for `native.csr_matmul`.
+//
+// out[i] = sum over the row's entries k (in order) of values[k] * x[col[k]]: each output row kept
+// in vector registers while its entries stream by (rows of 16, 32, 48 or 64 floats; any other
+// width runs a plain loop). One core, sequential sums: deterministic. On the KG graphs here about
+// 2x faster than torch's CSR product on the CPU, which writes partial sums back per entry.
+
+#include <cstdint>
+#include <cstring>
+
+namespace {
+
+typedef float vf16 __attribute__((vector_size(64)));
+
+inline vf16 load16(const float* p) {
+  vf16 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+inline void store16(float* p, vf16 v) { std::memcpy(p, &v, sizeof(v)); }
+
+template <typename Index, int C>
+void rows_in_registers(const Index* crow, const Index* col, const float* values, const float* x,
+                       int64_t n_rows, float* out) {
+  constexpr int64_t kWidth = 16 * C;
+  for (int64_t i = 0; i < n_rows; ++i) {
+    vf16 acc[C];
+    for (int c = 0; c < C; ++c) acc[c] = vf16{};
+    for (Index k = crow[i]; k < crow[i + 1]; ++k) {
+      const float v = values[k];
+      const float* row = x + static_cast<int64_t>(col[k]) * kWidth;
+      for (int c = 0; c < C; ++c) acc[c] += v * load16(row + 16 * c);
+    }
+    for (int c = 0; c < C; ++c) store16(out + i * kWidth + 16 * c, acc[c]);
+  }
+}
+
+template <typename Index>
+void rows_in_memory(const Index* crow, const Index* col, const float* values, const float* x,
+                    int64_t n_rows, int64_t width, float* out) {
+  for (int64_t i = 0; i < n_rows; ++i) {
+    float* o = out + i * width;
+    for (int64_t c = 0; c < width; ++c) o[c] = 0.0f;
+    for (Index k = crow[i]; k < crow[i + 1]; ++k) {
+      const float v = values[k];
+      const float* row = x + static_cast<int64_t>(col[k]) * width;
+      for (int64_t c = 0; c < width; ++c) o[c] += v * row[c];
+    }
+  }
+}
+
+template <typename Index>
+void csr_matmul(const Index* crow, const Index* col, const float* values, const float* x,
+                int64_t n_rows, int64_t width, float* out) {
+  switch (width) {
+    case 16: return rows_in_registers<Index, 1>(crow, col, values, x, n_rows, out);
+    case 32: return rows_in_registers<Index, 2>(crow, col, values, x, n_rows, out);
+    case 48: return rows_in_registers<Index, 3>(crow, col, values, x, n_rows, out);
+    case 64: return rows_in_registers<Index, 4>(crow, col, values, x, n_rows, out);
+    default: return rows_in_memory<Index>(crow, col, values, x, n_rows, width, out);
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+// `out [n_rows, width] = A @ x` for A in CSR (int32 row pointers and columns), x [*, width].
+void tinykg_csr_matmul_i32(const int32_t* crow, const int32_t* col, const float* values,
+                           const float* x, int64_t n_rows, int64_t width, float* out) {
+  csr_matmul<int32_t>(crow, col, values, x, n_rows, width, out);
+}
+
+// The same with int64 row pointers and columns.
+void tinykg_csr_matmul_i64(const int64_t* crow, const int64_t* col, const float* values,
+                           const float* x, int64_t n_rows, int64_t width, float* out) {
+  csr_matmul<int64_t>(crow, col, values, x, n_rows, width, out);
+}
+
+}  // extern "C"
