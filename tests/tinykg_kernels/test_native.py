@@ -111,3 +111,26 @@ def test_csr_matmul_applies_to_float32_cpu_tensors_only():
     i32 = torch.zeros(3, dtype=torch.int32)
     assert not native.csr_applies(i32, i32, torch.ones(2), torch.ones(2, 4, dtype=torch.float64))
     assert not native.csr_applies(i32, i32.long(), torch.ones(2), torch.ones(2, 4))
+
+
+@needs_native
+@pytest.mark.parametrize("threads", [1, 3])
+def test_csr_matmul_in_slices_of_rows_equals_one_pass(threads):
+    generator = torch.Generator().manual_seed(7)
+    n = native.PARALLEL_MIN_ROWS + 37
+    rows = torch.randint(0, n, (6 * n,), generator=generator)
+    cols = torch.randint(0, 500, (6 * n,), generator=generator)
+    dense = torch.sparse_coo_tensor(torch.stack([rows, cols]), torch.rand(6 * n), (n, 500))
+    csr = dense.coalesce().to_sparse_csr()
+    crow, col = csr.crow_indices().int(), csr.col_indices().int()
+    x = torch.randn(500, 32, generator=generator)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        whole = native.csr_matmul(crow, col, csr.values(), x)
+        torch.set_num_threads(threads)
+        sliced = native.csr_matmul(crow, col, csr.values(), x)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(sliced, whole)  # each row summed in the same order either way
+    torch.testing.assert_close(whole, dense.to_dense() @ x, rtol=1e-5, atol=1e-5)

@@ -29,6 +29,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -37,6 +38,9 @@ NATIVE_ENV = "TINYKG_KERNELS_NATIVE"
 CACHE_ENV = "TINYKG_KERNELS_CACHE"
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("codec.cpp", "spmm.cpp"))
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-std=c++17", "-shared", "-fPIC")
+
+# with more than one torch thread, products of at least this many rows run in that many slices
+PARALLEL_MIN_ROWS = 4096
 
 _failure: str | None = None  # why the library could not be built or loaded, once tried
 
@@ -251,8 +255,30 @@ def csr_matmul(
         if crow.dtype == torch.int32
         else _library().tinykg_csr_matmul_i64
     )
-    kernel(
-        crow.data_ptr(), col.data_ptr(), values.data_ptr(), x.data_ptr(), n_rows, width,
-        out.data_ptr(),
-    )  # fmt: skip
+
+    def rows(start: int, stop: int) -> None:  # ctypes releases the GIL while the loop runs
+        kernel(
+            crow.data_ptr() + start * crow.element_size(), col.data_ptr(), values.data_ptr(),
+            x.data_ptr(), stop - start, width, out.data_ptr() + start * width * 4,
+        )  # fmt: skip
+
+    threads = torch.get_num_threads()
+    if threads == 1 or n_rows < PARALLEL_MIN_ROWS:
+        rows(0, n_rows)
+        return out
+    # as many slices of rows as torch has threads, cut where they hold equal numbers of entries;
+    # this thread runs the first, a pool the others
+    targets = torch.linspace(0, int(crow[-1]), threads + 1)[1:-1].to(crow.dtype)
+    cuts = [0, *torch.searchsorted(crow, targets).tolist(), n_rows]
+    slices = list(zip(cuts[:-1], cuts[1:], strict=True))
+    pending = [_pool(os.getpid(), threads - 1).submit(rows, *piece) for piece in slices[1:]]
+    rows(*slices[0])
+    for future in pending:
+        future.result()
     return out
+
+
+@functools.cache
+def _pool(pid: int, workers: int) -> ThreadPoolExecutor:
+    """Threads for `csr_matmul`'s slices, per process (`pid`: a forked child makes its own)."""
+    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tinykg-csr")
