@@ -20,7 +20,7 @@ def noise_like(x: torch.Tensor, p: float, seed: int) -> torch.Tensor:
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
 @pytest.mark.parametrize("shape", [(5, 7), (300, 64), (4099, 3), (2, 2048, 3)])
-def test_products_and_mask_are_torch_s_bit_for_bit(shape, p: float, backend: str):
+def test_products_and_mask_are_torch_s_bit_for_bit(shape, p: float, backend: str, cpu_loops):
     gen = torch.Generator().manual_seed(1)
     x, grad = torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
     noise = noise_like(x, p, seed=2)
@@ -35,7 +35,7 @@ def test_products_and_mask_are_torch_s_bit_for_bit(shape, p: float, backend: str
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
-def test_bare_draws_with_the_kept_value_as_scale_give_the_same_products(dtype, backend):
+def test_bare_draws_with_the_kept_value_as_scale_give_the_same_products(dtype, backend, cpu_loops):
     x = torch.randn(512, 64, dtype=dtype)
     x[0, :4] = torch.tensor([float("inf"), float("nan"), -0.0, -1.0])
     generator = torch.Generator().manual_seed(4)

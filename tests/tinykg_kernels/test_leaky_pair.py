@@ -1,5 +1,6 @@
-"""`leaky_relu_pair`: torch's LeakyReLU sum, masks and gradients bit for bit on every backend, the
-plane layout as documented, one compiled graph for every size, clear errors."""
+"""`leaky_relu_pair`: torch's LeakyReLU sum, masks and gradients bit for bit on every backend (the
+compiled one with the native loops and with inductor's), the plane layout as documented, one
+compiled graph for every size, clear errors."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tinykg_kernels import compiled_ops, dispatch
+from tinykg_kernels import compiled_ops, dispatch, native
 from tinykg_kernels.leaky_pair import leaky_relu_pair, leaky_relu_pair_backward
 from tinykg_kernels.planes import mask_bytes, pack_planes, unpack_planes
 
@@ -34,7 +35,7 @@ def torch_backward(grad, x, slope=SLOPE):
 @pytest.mark.parametrize(
     "shape", [(3,), (5, 7), (64, 64), (1000, 16), (997, 24), (4099, 5), (2, 3, 4096)]
 )
-def test_sum_masks_and_gradients_are_torch_s_bit_for_bit(shape, backend: str):
+def test_sum_masks_and_gradients_are_torch_s_bit_for_bit(shape, backend: str, cpu_loops):
     a, b, grad = normal(shape, 1), normal(shape, 2), normal(shape, 3)
     out, mask_a, mask_b = leaky_relu_pair(a, b, SLOPE, backend=backend)
     assert out.shape == a.shape and torch.equal(out, torch_pair(a, b))
@@ -47,7 +48,7 @@ def test_sum_masks_and_gradients_are_torch_s_bit_for_bit(shape, backend: str):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_zeros_negatives_and_nan_are_not_positive(backend: str):
+def test_zeros_negatives_and_nan_are_not_positive(backend: str, cpu_loops):
     """The mask is x > 0: 0, -0 and NaN give the slope's gradient, as torch's LeakyReLU backward."""
     a = torch.tensor([0.0, -0.0, float("nan"), 1e-38, -1e-38, 3.0, -3.0, float("inf")]).repeat(600)
     b = a.flip(0)
@@ -60,7 +61,7 @@ def test_zeros_negatives_and_nan_are_not_positive(backend: str):
     assert torch.equal(grad_b, torch_backward(grad, b))
 
 
-def test_the_compiled_masks_are_in_the_plane_layout():
+def test_the_compiled_masks_are_in_the_plane_layout(cpu_loops):
     mask = torch.zeros(20, dtype=torch.bool)
     mask[[0, 4, 8, 19]] = True
     a = torch.where(mask, 1.0, -1.0).repeat(1024)  # 20,480 elements: the compiled loops
@@ -68,7 +69,8 @@ def test_the_compiled_masks_are_in_the_plane_layout():
     assert torch.equal(packed, pack_planes(a > 0))
 
 
-def test_any_size_runs_one_compiled_graph_per_direction():
+def test_any_size_runs_one_compiled_graph_per_direction(monkeypatch):
+    monkeypatch.setenv(native.NATIVE_ENV, "0")  # inductor's loops
     leaky_relu_pair(normal((512, 16), 0), normal((512, 16), 1), 0.3, backend="compiled")
     compiles = compiled_ops._compiled.cache_info().misses
     for rows in (513, 700, 4096, 9000):
@@ -80,7 +82,7 @@ def test_any_size_runs_one_compiled_graph_per_direction():
     assert compiled_ops._compiled.cache_info().misses - compiles <= 1  # the backward graph
 
 
-def test_non_contiguous_and_other_dtypes_take_the_same_values():
+def test_non_contiguous_and_other_dtypes_take_the_same_values(cpu_loops):
     a, b = normal((64, 96), 5).t(), normal((64, 96), 6).t()
     out, mask_a, _ = leaky_relu_pair(a, b, SLOPE, backend="compiled")
     assert torch.equal(out, torch_pair(a, b))
@@ -92,6 +94,7 @@ def test_non_contiguous_and_other_dtypes_take_the_same_values():
 
 def test_auto_compiles_large_float32_cpu_tensors_only(monkeypatch):
     monkeypatch.delenv(dispatch.BACKEND_ENV, raising=False)
+    monkeypatch.setenv(native.NATIVE_ENV, "0")  # inductor's loops
     ops, calls = dispatch.compiled_ops(), []
     real = ops.run_compiled
     monkeypatch.setattr(

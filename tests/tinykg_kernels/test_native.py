@@ -134,3 +134,21 @@ def test_csr_matmul_in_slices_of_rows_equals_one_pass(threads):
         torch.set_num_threads(before)
     assert torch.equal(sliced, whole)  # each row summed in the same order either way
     torch.testing.assert_close(whole, dense.to_dense() @ x, rtol=1e-5, atol=1e-5)
+
+
+@needs_native
+def test_the_plane_mask_passes_run_natively_for_large_float32_tensors(monkeypatch):
+    from tinykg_kernels import apply_dropout_noise, leaky_relu_pair
+
+    calls = []
+    for name in ("leaky_pair", "dropout_apply"):
+        real = getattr(native, name)
+        monkeypatch.setattr(
+            native, name, lambda *args, _real=real, _name=name: calls.append(_name) or _real(*args)
+        )
+    big = torch.randn(128, 64)
+    leaky_relu_pair(big, big, 0.2)
+    apply_dropout_noise(big, torch.ones_like(big))
+    leaky_relu_pair(big.double(), big.double(), 0.2)  # float64: the torch ops
+    leaky_relu_pair(torch.randn(4, 4), torch.randn(4, 4), 0.2)  # small: the torch ops
+    assert calls == ["leaky_pair", "dropout_apply"]

@@ -6,8 +6,9 @@ its backward multiplies the gradient by the same noise. Keeping the noise costs 
 element, a bool mask 8; packed, 1. Here one fused loop writes `x * noise` and the plane-packed mask
 of `noise != 0` (`planes.py`), where the multiply, a bool conversion and a packing pass would run
 op by op; the backward rebuilds the noise from the mask and multiplies in one loop. Values are
-torch's bit for bit (`x * noise`, `grad * noise`). Compiled loops for float32 CPU tensors of 4,096+
-elements (a whole number of planes), the same torch ops elsewhere (`planes.runs_compiled`).
+torch's bit for bit (`x * noise`, `grad * noise`). For float32 CPU tensors of 4,096+ elements (a
+whole number of planes) native loops (`native/planes.cpp`), or inductor's when no library could be
+built; the same torch ops elsewhere (`planes.runs_compiled`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import functools
 
 import torch
 
-from tinykg_kernels import planes
+from tinykg_kernels import native, planes
 
 
 @functools.cache
@@ -51,6 +52,8 @@ def apply_dropout_noise(
             f"{x.dtype} {tuple(x.shape)} and {noise.dtype} {tuple(noise.shape)})"
         )
     with torch.no_grad():
+        if planes.runs_native(x, backend):
+            return native.dropout_apply(x, noise, float(scale))
         out, kept = planes.run_fused(_apply_body, (float(scale),), (x, noise), backend=backend)
     return planes.from_planes(out, x.shape), kept
 
@@ -62,5 +65,7 @@ def dropout_noise_backward(
     elsewhere (`kept_value` as the forward's noise held it, e.g. float32 1 / (1 - p))."""
     planes.check_mask("kept", kept, grad.shape)
     with torch.no_grad():
+        if planes.runs_native(grad, backend):
+            return native.dropout_backward(grad, kept, float(kept_value))
         out = planes.run_fused(_backward_body, (float(kept_value),), (grad,), (kept,), backend)
     return planes.from_planes(out, grad.shape)

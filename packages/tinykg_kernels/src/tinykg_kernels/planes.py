@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from tinykg_kernels import dispatch
+from tinykg_kernels import dispatch, native
 
 PLANES = 8  # one per bit of a byte
 
@@ -73,6 +73,12 @@ def runs_compiled(x: torch.Tensor, backend: str | None) -> bool:
         and x.dtype == torch.float32
         and x.numel() % PLANES == 0
     )
+
+
+def runs_native(x: torch.Tensor, backend: str | None) -> bool:
+    """Whether a fused call on `x` runs the native loops (`native.planes_apply`) where it would
+    run the compiled ones: the same values, without inductor's per-call overhead."""
+    return runs_compiled(x, backend) and native.planes_apply(x)
 
 
 def run_fused(

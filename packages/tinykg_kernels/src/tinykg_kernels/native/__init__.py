@@ -36,7 +36,7 @@ import torch
 
 NATIVE_ENV = "TINYKG_KERNELS_NATIVE"
 CACHE_ENV = "TINYKG_KERNELS_CACHE"
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("codec.cpp", "spmm.cpp"))
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("codec.cpp", "spmm.cpp", "planes.cpp"))
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-std=c++17", "-shared", "-fPIC")
 
 # with more than one torch thread, products of at least this many rows run in that many slices
@@ -143,6 +143,15 @@ def _library() -> ctypes.CDLL | None:
     library.tinykg_dequantize_bf16.argtypes = [pointer, pointer, pointer, i64, i64, ctypes.c_int,
                                                pointer, pointer]  # fmt: skip
     library.tinykg_dequantize_bf16.restype = ctypes.c_int
+    f32 = ctypes.c_float
+    library.tinykg_leaky_pair.argtypes = [pointer, pointer, i64, f32, pointer, pointer, pointer]
+    library.tinykg_leaky_pair_backward.argtypes = [pointer, pointer, pointer, i64, f32, pointer,
+                                                   pointer]  # fmt: skip
+    library.tinykg_dropout_apply.argtypes = [pointer, pointer, i64, f32, pointer, pointer]
+    library.tinykg_dropout_backward.argtypes = [pointer, pointer, i64, f32, pointer]
+    for name in ("tinykg_leaky_pair", "tinykg_leaky_pair_backward", "tinykg_dropout_apply",
+                 "tinykg_dropout_backward"):  # fmt: skip
+        getattr(library, name).restype = None
     for name in ("tinykg_csr_matmul_i32", "tinykg_csr_matmul_i64"):
         getattr(library, name).argtypes = [pointer, pointer, pointer, pointer, i64, i64, pointer]
         getattr(library, name).restype = None
@@ -216,6 +225,70 @@ def dequantize_groups(
     )  # fmt: skip
     if status != 0:
         raise ValueError(f"native dequantize: unsupported width {bits}")
+    return out
+
+
+def planes_apply(x: torch.Tensor) -> bool:
+    """Whether the plane-mask passes (`leaky_pair`, `dropout_*`) run natively on `x`: a float32
+    CPU tensor of whole planes (a multiple of 8 elements), and the library available."""
+    return (
+        x.device.type == "cpu"
+        and x.dtype == torch.float32
+        and x.numel() % 8 == 0
+        and x.numel() > 0
+        and available()
+    )
+
+
+def _mask_for(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty(x.numel() // 8, dtype=torch.uint8)
+
+
+def leaky_pair(
+    a: torch.Tensor, b: torch.Tensor, slope: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`tinykg_kernels.leaky_relu_pair` for tensors `planes_apply` accepts (same shape)."""
+    a, b = a.contiguous(), b.contiguous()
+    out, mask_a, mask_b = torch.empty_like(a), _mask_for(a), _mask_for(a)
+    _library().tinykg_leaky_pair(
+        a.data_ptr(), b.data_ptr(), a.numel(), slope, out.data_ptr(), mask_a.data_ptr(),
+        mask_b.data_ptr(),
+    )  # fmt: skip
+    return out, mask_a, mask_b
+
+
+def leaky_pair_backward(
+    grad: torch.Tensor, mask_a: torch.Tensor, mask_b: torch.Tensor, slope: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`tinykg_kernels.leaky_relu_pair_backward` for a gradient `planes_apply` accepts."""
+    grad = grad.contiguous()
+    grad_a, grad_b = torch.empty_like(grad), torch.empty_like(grad)
+    _library().tinykg_leaky_pair_backward(
+        grad.data_ptr(), mask_a.contiguous().data_ptr(), mask_b.contiguous().data_ptr(),
+        grad.numel(), slope, grad_a.data_ptr(), grad_b.data_ptr(),
+    )  # fmt: skip
+    return grad_a, grad_b
+
+
+def dropout_apply(
+    x: torch.Tensor, noise: torch.Tensor, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`tinykg_kernels.apply_dropout_noise` for tensors `planes_apply` accepts (same shape)."""
+    x, noise = x.contiguous(), noise.contiguous()
+    out, kept = torch.empty_like(x), _mask_for(x)
+    _library().tinykg_dropout_apply(
+        x.data_ptr(), noise.data_ptr(), x.numel(), scale, out.data_ptr(), kept.data_ptr()
+    )
+    return out, kept
+
+
+def dropout_backward(grad: torch.Tensor, kept: torch.Tensor, kept_value: float) -> torch.Tensor:
+    """`tinykg_kernels.dropout_noise_backward` for a gradient `planes_apply` accepts."""
+    grad = grad.contiguous()
+    out = torch.empty_like(grad)
+    _library().tinykg_dropout_backward(
+        grad.data_ptr(), kept.contiguous().data_ptr(), grad.numel(), kept_value, out.data_ptr()
+    )
     return out
 
 
