@@ -37,6 +37,7 @@ import torch
 NATIVE_ENV = "TINYKG_KERNELS_NATIVE"
 CACHE_ENV = "TINYKG_KERNELS_CACHE"
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("codec.cpp", "spmm.cpp", "planes.cpp"))
+HEADERS = (Path(__file__).with_name("vectors.h"),)  # included by the sources
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-std=c++17", "-shared", "-fPIC")
 
 # with more than one torch thread, products of at least this many rows run in that many slices
@@ -89,7 +90,7 @@ def _build(compiler: str) -> Path:
         b"\0".join(
             part.encode()
             for part in (
-                *(source.read_text() for source in SOURCES),
+                *(source.read_text() for source in (*SOURCES, *HEADERS)),
                 compiler,
                 version,
                 " ".join(FLAGS),

@@ -13,36 +13,29 @@
 #include <cstdint>
 #include <cstring>
 
+#include "vectors.h"
+
 namespace {
 
 constexpr int kChunk = 16;  // the most codes left after the vector loop
 constexpr float kSmallestNormal = 1.17549435082228750797e-38f;
 constexpr uint16_t kBfloat16Nan = 0x7FC0;  // torch's bfloat16 NaN (float('nan') converted)
 
-// GCC/Clang vector extensions: 16 lanes, whatever the CPU's vector width (-march=native picks it).
-constexpr int kLanes = 16;
-typedef float vf16 __attribute__((vector_size(64)));
-typedef int32_t vi16 __attribute__((vector_size(64)));
-typedef uint32_t vu16 __attribute__((vector_size(64)));
+using tinykg::kLanes;
+using tinykg::load;
+using tinykg::store;
+using tinykg::vb16;
+using tinykg::vf16;
+using tinykg::vi16;
+using tinykg::vu16;
+
+// narrower vectors for packing and unpacking codes
 typedef int32_t vi8 __attribute__((vector_size(32)));
 typedef int32_t vi4 __attribute__((vector_size(16)));
 typedef int32_t vi2 __attribute__((vector_size(8)));
-typedef uint8_t vb16 __attribute__((vector_size(16)));
 typedef uint8_t vb8 __attribute__((vector_size(8)));
 typedef uint8_t vb4 __attribute__((vector_size(4)));
 typedef uint8_t vb2 __attribute__((vector_size(2)));
-
-template <typename V, typename T>
-inline V load(const T* p) {
-  V v;
-  std::memcpy(&v, p, sizeof(V));
-  return v;
-}
-
-template <typename T, typename V>
-inline void store(T* p, V v) {
-  std::memcpy(p, &v, sizeof(V));
-}
 
 // Neighbouring lanes merged: lane 2i | lane 2i+1 << shift (packing), and split back (unpacking).
 inline vi8 merge(vi16 v, int shift) {

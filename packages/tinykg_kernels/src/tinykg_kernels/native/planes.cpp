@@ -9,27 +9,15 @@
 #include <cstdint>
 #include <cstring>
 
+#include "vectors.h"
+
 namespace {
 
-typedef float vf16 __attribute__((vector_size(64)));
-typedef int32_t vi16 __attribute__((vector_size(64)));
-typedef uint8_t vb16 __attribute__((vector_size(16)));
-
-inline vf16 load16(const float* p) {
-  vf16 v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-
-inline void store16(float* p, vf16 v) { std::memcpy(p, &v, sizeof(v)); }
-
-inline vb16 load_bytes(const uint8_t* p) {
-  vb16 v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-
-inline void store_bytes(uint8_t* p, vb16 v) { std::memcpy(p, &v, sizeof(v)); }
+using tinykg::load;
+using tinykg::store;
+using tinykg::vb16;
+using tinykg::vf16;
+using tinykg::vi16;
 
 inline vf16 leaky(vf16 x, float slope) { return x > 0.0f ? x : x * slope; }
 
@@ -48,13 +36,13 @@ void tinykg_leaky_pair(const float* a, const float* b, int64_t n, float slope, f
     vi16 bits_a = vi16{}, bits_b = vi16{};
     for (int plane = 0; plane < 8; ++plane) {
       const int64_t i = plane * k + m;
-      const vf16 x = load16(a + i), y = load16(b + i);
-      store16(out + i, leaky(x, slope) + leaky(y, slope));
+      const vf16 x = load<vf16>(a + i), y = load<vf16>(b + i);
+      store(out + i, leaky(x, slope) + leaky(y, slope));
       bits_a |= (x > 0.0f) & (1 << plane);
       bits_b |= (y > 0.0f) & (1 << plane);
     }
-    store_bytes(mask_a + m, __builtin_convertvector(bits_a, vb16));
-    store_bytes(mask_b + m, __builtin_convertvector(bits_b, vb16));
+    store(mask_a + m, __builtin_convertvector(bits_a, vb16));
+    store(mask_b + m, __builtin_convertvector(bits_b, vb16));
   }
   for (; m < k; ++m) {
     int bits_a = 0, bits_b = 0;
@@ -75,14 +63,14 @@ void tinykg_leaky_pair_backward(const float* grad, const uint8_t* mask_a, const 
   const int64_t k = n / 8;
   int64_t m = 0;
   for (; m + 16 <= k; m += 16) {
-    const vi16 bytes_a = __builtin_convertvector(load_bytes(mask_a + m), vi16);
-    const vi16 bytes_b = __builtin_convertvector(load_bytes(mask_b + m), vi16);
+    const vi16 bytes_a = __builtin_convertvector(load<vb16>(mask_a + m), vi16);
+    const vi16 bytes_b = __builtin_convertvector(load<vb16>(mask_b + m), vi16);
     for (int plane = 0; plane < 8; ++plane) {
       const int64_t i = plane * k + m;
-      const vf16 g = load16(grad + i);
+      const vf16 g = load<vf16>(grad + i);
       const vf16 scaled = g * slope;
-      store16(grad_a + i, ((bytes_a >> plane) & 1) != 0 ? g : scaled);
-      store16(grad_b + i, ((bytes_b >> plane) & 1) != 0 ? g : scaled);
+      store(grad_a + i, ((bytes_a >> plane) & 1) != 0 ? g : scaled);
+      store(grad_b + i, ((bytes_b >> plane) & 1) != 0 ? g : scaled);
     }
   }
   for (; m < k; ++m) {
@@ -105,11 +93,11 @@ void tinykg_dropout_apply(const float* x, const float* noise, int64_t n, float s
     vi16 bits = vi16{};
     for (int plane = 0; plane < 8; ++plane) {
       const int64_t i = plane * k + m;
-      const vf16 draw = load16(noise + i);
-      store16(out + i, load16(x + i) * (draw * scale));
+      const vf16 draw = load<vf16>(noise + i);
+      store(out + i, load<vf16>(x + i) * (draw * scale));
       bits |= (draw != 0.0f) & (1 << plane);
     }
-    store_bytes(kept + m, __builtin_convertvector(bits, vb16));
+    store(kept + m, __builtin_convertvector(bits, vb16));
   }
   for (; m < k; ++m) {
     int bits = 0;
@@ -128,11 +116,11 @@ void tinykg_dropout_backward(const float* grad, const uint8_t* kept, int64_t n, 
   const int64_t k = n / 8;
   int64_t m = 0;
   for (; m + 16 <= k; m += 16) {
-    const vi16 bytes = __builtin_convertvector(load_bytes(kept + m), vi16);
+    const vi16 bytes = __builtin_convertvector(load<vb16>(kept + m), vi16);
     for (int plane = 0; plane < 8; ++plane) {
       const int64_t i = plane * k + m;
       const vf16 factor = ((bytes >> plane) & 1) != 0 ? vf16{} + kept_value : vf16{};
-      store16(grad_x + i, load16(grad + i) * factor);
+      store(grad_x + i, load<vf16>(grad + i) * factor);
     }
   }
   for (; m < k; ++m) {

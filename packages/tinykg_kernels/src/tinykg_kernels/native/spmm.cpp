@@ -8,17 +8,13 @@
 #include <cstdint>
 #include <cstring>
 
+#include "vectors.h"
+
 namespace {
 
-typedef float vf16 __attribute__((vector_size(64)));
-
-inline vf16 load16(const float* p) {
-  vf16 v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-
-inline void store16(float* p, vf16 v) { std::memcpy(p, &v, sizeof(v)); }
+using tinykg::load;
+using tinykg::store;
+using tinykg::vf16;
 
 template <typename Index, int C>
 void rows_in_registers(const Index* crow, const Index* col, const float* values, const float* x,
@@ -30,9 +26,9 @@ void rows_in_registers(const Index* crow, const Index* col, const float* values,
     for (Index k = crow[i]; k < crow[i + 1]; ++k) {
       const float v = values[k];
       const float* row = x + static_cast<int64_t>(col[k]) * kWidth;
-      for (int c = 0; c < C; ++c) acc[c] += v * load16(row + 16 * c);
+      for (int c = 0; c < C; ++c) acc[c] += v * load<vf16>(row + 16 * c);
     }
-    for (int c = 0; c < C; ++c) store16(out + i * kWidth + 16 * c, acc[c]);
+    for (int c = 0; c < C; ++c) store(out + i * kWidth + 16 * c, acc[c]);
   }
 }
 
