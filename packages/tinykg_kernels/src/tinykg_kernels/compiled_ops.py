@@ -273,11 +273,8 @@ def quantize(
     """Flat tensor -> (codes, scale, zero), equal to `reference.quantize` with noise
     `counter_noise(seed_keys(seed))` (round to nearest when `seed` is None)."""
     stochastic = seed is not None
-    keys = seed_keys(
-        seed if stochastic else 0
-    )  # the compiled body ignores them when not stochastic
-    noise_keys = keys if stochastic else None
     if not compiles(layout, flat.device):
+        noise_keys = seed_keys(seed) if stochastic else None
         return _quantize_eagerly(flat, layout, scheme, param_dtype, noise_keys)
     body, tail = _split(layout)
     x = flat[: body.numel].view(body.n_groups, body.group_len)
@@ -286,6 +283,7 @@ def quantize(
         words = key_words(seed) if stochastic else None
         codes, scale, zero, _ = native.quantize_groups(x.contiguous(), layout.bits, normal, words)
     else:
+        keys = seed_keys(seed if stochastic else 0)  # the body ignores them when not stochastic
         key = (scheme, layout.bits, param_dtype, stochastic, layout.group_len)
         codes, scale, zero, bad = run_compiled(_quantize_body, key, x, keys, dynamic=(0, None))
         if bool(bad.any()):  # NaN/Inf groups store codes 0 and NaN parameters, as the reference
@@ -294,6 +292,7 @@ def quantize(
             scale, zero = scale.masked_fill(bad, float("nan")), zero.masked_fill(bad, float("nan"))
     if tail is None:
         return codes, scale, zero
+    noise_keys = seed_keys(seed) if stochastic else None
     last = _quantize_eagerly(flat[body.numel :], tail, scheme, param_dtype, noise_keys, body.numel)
     return tuple(
         torch.cat([part, end]) for part, end in zip((codes, scale, zero), last, strict=True)

@@ -6,6 +6,7 @@ no global setting. `bits=32` means no compression: every op is then the plain to
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 from tinykg_train.errors import ConfigError
@@ -126,8 +127,7 @@ class CompressionConfig:
         levels only, becomes "auto"); itself when compression is off or already that wide."""
         if not self.enabled or self.bits >= bits:
             return self
-        scheme = "auto" if self.scheme == "normal" else self.scheme
-        return replace(self, bits=bits, scheme=scheme)
+        return _widened(self, bits)
 
     @property
     def enabled(self) -> bool:
@@ -149,3 +149,11 @@ class CompressionConfig:
         if width == 0 or width >= least:
             return None
         return width * -(-least // width)  # whole rows, at least `least` elements
+
+
+@functools.cache
+def _widened(config: CompressionConfig, bits: int) -> CompressionConfig:
+    """`config` at `bits` (built once per pair: ops ask for it at every saved tensor, and
+    `dataclasses.replace` re-validates the whole config each time)."""
+    scheme = "auto" if config.scheme == "normal" else config.scheme
+    return replace(config, bits=bits, scheme=scheme)
