@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from tinykg_kernels import compiled_ops, native, quantize
+from tinykg_kernels.native import library
 from tinykg_kernels.packing import GroupLayout
 
 needs_native = pytest.mark.skipif(not native.available(), reason="no C++ compiler here")
@@ -17,10 +18,10 @@ needs_native = pytest.mark.skipif(not native.available(), reason="no C++ compile
 @needs_native
 def test_the_library_is_built_once_into_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv(native.CACHE_ENV, str(tmp_path))
-    first = native._build(native._compiler())
+    first = library._build(library._compiler())
     assert first.parent == tmp_path and first.name.startswith("native-")
     stamp = first.stat().st_mtime_ns
-    assert native._build(native._compiler()) == first  # cached: not rebuilt
+    assert library._build(library._compiler()) == first  # cached: not rebuilt
     assert first.stat().st_mtime_ns == stamp
     assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no partial file left behind
 
@@ -57,9 +58,9 @@ def test_the_compiled_backend_calls_it_where_it_applies_and_not_when_turned_off(
 
 
 def test_without_a_compiler_it_reports_why_and_the_inductor_loops_run(monkeypatch):
-    monkeypatch.setattr(native, "_failure", native.failure())  # restored after the test
-    monkeypatch.setattr(native, "_compiler", lambda: None)
-    native._library.cache_clear()
+    monkeypatch.setattr(library, "_failure", native.failure())  # restored after the test
+    monkeypatch.setattr(library, "_compiler", lambda: None)
+    library.load.cache_clear()
     try:
         assert not native.available()
         assert "no C++ compiler" in native.failure()
@@ -70,7 +71,7 @@ def test_without_a_compiler_it_reports_why_and_the_inductor_loops_run(monkeypatc
         )
         assert codes.shape == (64, 16) and scale.dtype == torch.bfloat16
     finally:
-        native._library.cache_clear()  # loaded again on next use
+        library.load.cache_clear()  # loaded again on next use
 
 
 def test_turned_off_by_the_environment(monkeypatch):

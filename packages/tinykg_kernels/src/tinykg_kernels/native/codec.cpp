@@ -43,7 +43,8 @@ inline vi8 merge(vi16 v, int shift) {
          (__builtin_shufflevector(v, v, 1, 3, 5, 7, 9, 11, 13, 15) << shift);
 }
 inline vi4 merge(vi8 v, int shift) {
-  return __builtin_shufflevector(v, v, 0, 2, 4, 6) | (__builtin_shufflevector(v, v, 1, 3, 5, 7) << shift);
+  return __builtin_shufflevector(v, v, 0, 2, 4, 6) |
+         (__builtin_shufflevector(v, v, 1, 3, 5, 7) << shift);
 }
 inline vi2 merge(vi4 v, int shift) {
   return __builtin_shufflevector(v, v, 0, 2) | (__builtin_shufflevector(v, v, 1, 3) << shift);
@@ -374,7 +375,8 @@ void dequantize_groups(const uint8_t* packed, const uint16_t* zero_bits,
       const int code = (in[j / kPerByte] >> ((j % kPerByte) * BITS)) & kMask;
       float level;
       if constexpr (NORMAL) {  // selects rather than a gather: they vectorize
-        level = code < 2 ? (code == 0 ? levels[0] : levels[1]) : (code == 2 ? levels[2] : levels[3]);
+        level = code < 2 ? (code == 0 ? levels[0] : levels[1])
+                         : (code == 2 ? levels[2] : levels[3]);
       } else {
         level = static_cast<float>(code);
       }
@@ -404,7 +406,8 @@ int tinykg_quantize_bf16(const float* x, int64_t n_groups, int64_t group_len, in
   }
   const uint32_t u0 = static_cast<uint32_t>(k0), u1 = static_cast<uint32_t>(k1);
 #define TINYKG_QUANTIZE(B, N, S) \
-  quantize_groups<B, N, S>(x, n_groups, group_len, table, u0, u1, packed, zero_out, scale_out, bad_out)
+  quantize_groups<B, N, S>(x, n_groups, group_len, table, u0, u1, packed, zero_out, scale_out, \
+                           bad_out)
   const bool normal = normal_table != nullptr;
   if (normal && bits != 2) return -1;
   if (normal) {

@@ -1,0 +1,141 @@
+"""Building and loading the native library: the C++ sources beside this file compiled once per
+machine into `$TINYKG_KERNELS_CACHE` (default `~/.cache/tinykg_kernels`), keyed by the sources,
+compiler, flags and CPU, loaded with ctypes, and the argument types of its functions declared."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+NATIVE_ENV = "TINYKG_KERNELS_NATIVE"
+CACHE_ENV = "TINYKG_KERNELS_CACHE"
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("codec.cpp", "spmm.cpp", "planes.cpp"))
+HEADERS = (Path(__file__).with_name("vectors.h"),)  # included by the sources
+FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-std=c++17", "-shared", "-fPIC")
+
+_failure: str | None = None  # why the library could not be built or loaded, once tried
+
+
+def enabled() -> bool:
+    """Whether native loops may run: not turned off by `TINYKG_KERNELS_NATIVE=0`."""
+    return os.environ.get(NATIVE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def failure() -> str | None:
+    """Why the native library is unavailable in this process (None: loaded, or not tried yet)."""
+    return _failure
+
+
+def _compiler() -> str | None:
+    for candidate in (os.environ.get("CXX"), "g++", "c++", "clang++"):
+        if candidate and shutil.which(candidate):
+            return shutil.which(candidate)
+    return None
+
+
+def _cpu_signature() -> str:
+    """What `-march=native` depends on: the CPU model and feature flags (Linux), else the arch."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.machine()
+    wanted = ("model name", "flags", "Features")
+    lines = [line for line in text.splitlines() if line.split(":")[0].strip() in wanted]
+    return platform.machine() + "\n" + "\n".join(sorted(set(lines)))
+
+
+def _cache_dir() -> Path:
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "tinykg_kernels"
+
+
+def _build(compiler: str) -> Path:
+    """The library for this source, compiler and CPU: built unless the cache holds it."""
+    version = subprocess.run(
+        [compiler, "--version"], capture_output=True, text=True, check=True
+    ).stdout
+    key = hashlib.sha256(
+        b"\0".join(
+            part.encode()
+            for part in (
+                *(source.read_text() for source in (*SOURCES, *HEADERS)),
+                compiler,
+                version,
+                " ".join(FLAGS),
+                _cpu_signature(),
+            )
+        )
+    ).hexdigest()[:24]
+    directory = _cache_dir()
+    library = directory / f"native-{key}.so"
+    if library.exists():
+        return library
+    directory.mkdir(parents=True, exist_ok=True)
+    handle, partial = tempfile.mkstemp(suffix=".so", dir=directory)
+    os.close(handle)
+    try:
+        subprocess.run(
+            [compiler, *FLAGS, *map(str, SOURCES), "-o", partial],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        os.replace(partial, library)  # atomic: a concurrent build writes the same bytes
+    finally:
+        if os.path.exists(partial):
+            os.unlink(partial)
+    return library
+
+
+@functools.cache
+def load() -> ctypes.CDLL | None:
+    """The loaded library, or None (recorded in `failure()`)."""
+    global _failure
+    compiler = _compiler()
+    if compiler is None:
+        _failure = "no C++ compiler found (set CXX, or install g++)"
+        return None
+    try:
+        library = ctypes.CDLL(str(_build(compiler)))
+    except subprocess.CalledProcessError as exc:
+        _failure = f"{compiler} failed: {(exc.stderr or '').strip().splitlines()[:1]}"
+        return None
+    except OSError as exc:
+        _failure = f"{type(exc).__name__}: {exc}"
+        return None
+    pointer, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32
+    library.tinykg_quantize_bf16.argtypes = [
+        pointer, i64, i64, ctypes.c_int, pointer, ctypes.c_int, i32, i32,
+        pointer, pointer, pointer, pointer,
+    ]  # fmt: skip
+    library.tinykg_quantize_bf16.restype = ctypes.c_int
+    library.tinykg_dequantize_bf16.argtypes = [pointer, pointer, pointer, i64, i64, ctypes.c_int,
+                                               pointer, pointer]  # fmt: skip
+    library.tinykg_dequantize_bf16.restype = ctypes.c_int
+    f32 = ctypes.c_float
+    library.tinykg_leaky_pair.argtypes = [pointer, pointer, i64, f32, pointer, pointer, pointer]
+    library.tinykg_leaky_pair_backward.argtypes = [pointer, pointer, pointer, i64, f32, pointer,
+                                                   pointer]  # fmt: skip
+    library.tinykg_dropout_apply.argtypes = [pointer, pointer, i64, f32, pointer, pointer]
+    library.tinykg_dropout_backward.argtypes = [pointer, pointer, i64, f32, pointer]
+    for name in ("tinykg_leaky_pair", "tinykg_leaky_pair_backward", "tinykg_dropout_apply",
+                 "tinykg_dropout_backward"):  # fmt: skip
+        getattr(library, name).restype = None
+    for name in ("tinykg_csr_matmul_i32", "tinykg_csr_matmul_i64"):
+        getattr(library, name).argtypes = [pointer, pointer, pointer, pointer, i64, i64, pointer]
+        getattr(library, name).restype = None
+    return library
+
+
+def available() -> bool:
+    """Whether the native loops can run in this process (enabled, and the library loaded)."""
+    return enabled() and load() is not None
