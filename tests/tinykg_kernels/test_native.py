@@ -1,9 +1,12 @@
-"""The native codec (`tinykg_kernels.native`): built once per machine and cached, used by the
-compiled backend exactly where it applies, off with TINYKG_KERNELS_NATIVE=0, and absent without
-a compiler (the inductor loops then run). Its values are checked against the reference in
-`test_compiled_ops` (every case, with and without it)."""
+"""The native loops (`tinykg_kernels.native`): built once per machine and cached, used exactly where
+they apply, off with TINYKG_KERNELS_NATIVE=0, absent without a compiler and warning once after a
+failed build (the inductor loops then run); the CSR product against the dense one. The codec's values
+are checked against the reference in `test_compiled_ops`, the plane passes' against torch in
+`test_leaky_pair` and `test_dropout` (every case with and without the native loops)."""
 
 from __future__ import annotations
+
+import warnings
 
 import pytest
 import torch
@@ -153,3 +156,28 @@ def test_the_plane_mask_passes_run_natively_for_large_float32_tensors(monkeypatc
     leaky_relu_pair(big.double(), big.double(), 0.2)  # float64: the torch ops
     leaky_relu_pair(torch.randn(4, 4), torch.randn(4, 4), 0.2)  # small: the torch ops
     assert calls == ["leaky_pair", "dropout_apply"]
+
+
+def test_a_failed_build_warns_once_with_the_compiler_s_first_line(monkeypatch):
+    import subprocess
+
+    def failing_build(compiler):
+        raise subprocess.CalledProcessError(1, [compiler], stderr="codec.cpp:1: error: boom\nmore")
+
+    monkeypatch.setattr(library, "_failure", native.failure())  # restored after the test
+    monkeypatch.setattr(library, "_compiler", lambda: "/usr/bin/g++")
+    monkeypatch.setattr(library, "_build", failing_build)
+    monkeypatch.setenv(native.NATIVE_ENV, "1")
+    library.load.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="native CPU loops are off .* error: boom"):
+            assert not native.available()
+        assert (
+            native.failure()
+            == "/usr/bin/g++ failed on tinykg_kernels/native: codec.cpp:1: error: boom"
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert not native.available()  # once per process
+    finally:
+        library.load.cache_clear()

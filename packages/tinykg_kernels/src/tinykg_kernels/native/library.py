@@ -12,6 +12,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import warnings
 from pathlib import Path
 
 NATIVE_ENV = "TINYKG_KERNELS_NATIVE"
@@ -96,44 +97,50 @@ def _build(compiler: str) -> Path:
     return library
 
 
+_P, _I64, _I32, _INT, _F32 = (
+    ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_int, ctypes.c_float,
+)  # fmt: skip
+# the library's functions: (argument types, return type), as the sources declare them
+SIGNATURES = {
+    "tinykg_quantize_bf16": ([_P, _I64, _I64, _INT, _P, _INT, _I32, _I32, _P, _P, _P, _P], _INT),
+    "tinykg_dequantize_bf16": ([_P, _P, _P, _I64, _I64, _INT, _P, _P], _INT),
+    "tinykg_leaky_pair": ([_P, _P, _I64, _F32, _P, _P, _P], None),
+    "tinykg_leaky_pair_backward": ([_P, _P, _P, _I64, _F32, _P, _P], None),
+    "tinykg_dropout_apply": ([_P, _P, _I64, _F32, _P, _P], None),
+    "tinykg_dropout_backward": ([_P, _P, _I64, _F32, _P], None),
+    "tinykg_csr_matmul_i32": ([_P, _P, _P, _P, _I64, _I64, _P], None),
+    "tinykg_csr_matmul_i64": ([_P, _P, _P, _P, _I64, _I64, _P], None),
+}
+
+
 @functools.cache
 def load() -> ctypes.CDLL | None:
-    """The loaded library, or None (recorded in `failure()`)."""
+    """The loaded library, or None (recorded in `failure()`; a failed build also warns once: the
+    inductor loops then run, slower)."""
     global _failure
     compiler = _compiler()
-    if compiler is None:
+    if compiler is None:  # inductor needs one too: its own fallback warns
         _failure = "no C++ compiler found (set CXX, or install g++)"
         return None
     try:
         library = ctypes.CDLL(str(_build(compiler)))
     except subprocess.CalledProcessError as exc:
-        _failure = f"{compiler} failed: {(exc.stderr or '').strip().splitlines()[:1]}"
-        return None
+        first_line = next(iter((exc.stderr or "").strip().splitlines()), "no output")
+        _failure = f"{compiler} failed on tinykg_kernels/native: {first_line}"
     except OSError as exc:
         _failure = f"{type(exc).__name__}: {exc}"
-        return None
-    pointer, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32
-    library.tinykg_quantize_bf16.argtypes = [
-        pointer, i64, i64, ctypes.c_int, pointer, ctypes.c_int, i32, i32,
-        pointer, pointer, pointer, pointer,
-    ]  # fmt: skip
-    library.tinykg_quantize_bf16.restype = ctypes.c_int
-    library.tinykg_dequantize_bf16.argtypes = [pointer, pointer, pointer, i64, i64, ctypes.c_int,
-                                               pointer, pointer]  # fmt: skip
-    library.tinykg_dequantize_bf16.restype = ctypes.c_int
-    f32 = ctypes.c_float
-    library.tinykg_leaky_pair.argtypes = [pointer, pointer, i64, f32, pointer, pointer, pointer]
-    library.tinykg_leaky_pair_backward.argtypes = [pointer, pointer, pointer, i64, f32, pointer,
-                                                   pointer]  # fmt: skip
-    library.tinykg_dropout_apply.argtypes = [pointer, pointer, i64, f32, pointer, pointer]
-    library.tinykg_dropout_backward.argtypes = [pointer, pointer, i64, f32, pointer]
-    for name in ("tinykg_leaky_pair", "tinykg_leaky_pair_backward", "tinykg_dropout_apply",
-                 "tinykg_dropout_backward"):  # fmt: skip
-        getattr(library, name).restype = None
-    for name in ("tinykg_csr_matmul_i32", "tinykg_csr_matmul_i64"):
-        getattr(library, name).argtypes = [pointer, pointer, pointer, pointer, i64, i64, pointer]
-        getattr(library, name).restype = None
-    return library
+    else:
+        for name, (arguments, result) in SIGNATURES.items():
+            function = getattr(library, name)
+            function.argtypes, function.restype = arguments, result
+        return library
+    warnings.warn(
+        f"tinykg_kernels: the native CPU loops are off in this process ({_failure}); the compiled "
+        "(inductor) loops run instead, with the same results (TINYKG_KERNELS_NATIVE=0 silences this)",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+    return None
 
 
 def available() -> bool:
