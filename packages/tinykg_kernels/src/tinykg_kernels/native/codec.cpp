@@ -17,7 +17,6 @@
 
 namespace {
 
-constexpr int kChunk = 16;  // the most codes left after the vector loop
 constexpr float kSmallestNormal = 1.17549435082228750797e-38f;
 constexpr uint16_t kBfloat16Nan = 0x7FC0;  // torch's bfloat16 NaN (float('nan') converted)
 
@@ -126,36 +125,6 @@ inline float counter_noise(uint32_t index, uint32_t k0, uint32_t k1) {
   return static_cast<float>(h >> 8) * (1.0f / 16777216.0f);
 }
 
-// Packs `n` codes (n a multiple of 8 / BITS) into n * BITS / 8 bytes, element c of a byte at bit
-// (c % per_byte) * BITS, through integer words (the compiler vectorizes these loops).
-template <int BITS>
-void pack_codes(const uint8_t* codes, int64_t n, uint8_t* out) {
-  if constexpr (BITS == 8) {
-    std::memcpy(out, codes, n);
-  } else if constexpr (BITS == 4) {
-    for (int64_t b = 0; b < n / 2; ++b) {
-      uint16_t w;
-      std::memcpy(&w, codes + 2 * b, 2);
-      out[b] = static_cast<uint8_t>((w & 0xFu) | ((w >> 4) & 0xF0u));
-    }
-  } else if constexpr (BITS == 2) {
-    for (int64_t b = 0; b < n / 4; ++b) {
-      uint32_t w;
-      std::memcpy(&w, codes + 4 * b, 4);
-      out[b] = static_cast<uint8_t>((w & 0x3u) | ((w >> 6) & 0xCu) | ((w >> 12) & 0x30u) |
-                                    ((w >> 18) & 0xC0u));
-    }
-  } else {
-    for (int64_t b = 0; b < n / 8; ++b) {
-      uint64_t w;
-      std::memcpy(&w, codes + 8 * b, 8);
-      // byte k's low bit to bit k: the multiply gathers them into the top byte (no carries:
-      // each bit lands alone)
-      out[b] = static_cast<uint8_t>(((w & 0x0101010101010101ull) * 0x0102040810204080ull) >> 56);
-    }
-  }
-}
-
 // Min and max of a group (NaN skipped) and whether it holds a NaN.
 void group_range(const float* x, int64_t n, float* lo_out, float* hi_out, bool* has_nan) {
   vf16 lo = vf16{} + __builtin_inff(), hi = vf16{} - __builtin_inff();
@@ -199,35 +168,7 @@ struct NormalTable {
   float inverse_width[3];
 };
 
-// Codes of `n` consecutive elements of a group, the first at flat index `first_index`.
-template <bool NORMAL, bool STOCHASTIC>
-void encode(const float* x, int64_t n, uint32_t first_index, float zero, float inverse, float top,
-            const NormalTable& table, uint32_t k0, uint32_t k1, uint8_t* codes) {
-  const float l0 = table.level[0], l1 = table.level[1], l2 = table.level[2];
-  const float w0 = table.inverse_width[0], w1 = table.inverse_width[1],
-              w2 = table.inverse_width[2];
-  for (int64_t j = 0; j < n; ++j) {
-    const float t = (x[j] - zero) * inverse;
-    const float u =
-        STOCHASTIC ? counter_noise(first_index + static_cast<uint32_t>(j), k0, k1) : 0.5f;
-    if constexpr (NORMAL) {
-      const bool above_1 = t >= l1, above_2 = t >= l2;
-      const float level = above_2 ? l2 : (above_1 ? l1 : l0);
-      const float width = above_2 ? w2 : (above_1 ? w1 : w0);
-      const float p_up = (t - level) * width;
-      codes[j] = static_cast<uint8_t>(static_cast<int>(above_1) + static_cast<int>(above_2) +
-                                      static_cast<int>(u < p_up));
-    } else {
-      float c = t + u;
-      // floor, then clamp to [0, top]: the same as truncating after the clamp
-      c = c > 0.0f ? c : 0.0f;
-      c = c < top ? c : top;
-      codes[j] = static_cast<uint8_t>(static_cast<int32_t>(c));
-    }
-  }
-}
-
-// `encode` for 16 elements at once (flat indices first_index ..): the codes as int32 lanes.
+// The codes of 16 elements (flat indices first_index ..), as int32 lanes.
 template <bool NORMAL, bool STOCHASTIC>
 inline vi16 encode16(vf16 x, uint32_t first_index, float zero, float inverse, float top,
                      const NormalTable& table, uint32_t k0, uint32_t k1) {
@@ -275,23 +216,25 @@ inline vi16 is_finite(vf16 v) {
   return (reinterpret_cast<vi16>(v) & 0x7F800000) != 0x7F800000;
 }
 
-// One group's codes, packed, from its zero and 1 / scale.
+// One group's codes, packed, from its zero and 1 / scale. A last part shorter than 16 elements
+// (still whole bytes) goes through the same lanes from a zero-padded copy.
 template <int BITS, bool NORMAL, bool STOCHASTIC>
 void encode_group(const float* row, int64_t group_len, uint32_t first, float zero, float inverse,
                   const NormalTable& table, uint32_t k0, uint32_t k1, uint8_t* out) {
-  constexpr int kMaxCode = (1 << BITS) - 1;
+  constexpr float kTop = (1 << BITS) - 1;
+  const auto codes = [&](const float* x, int64_t j) {
+    return encode16<NORMAL, STOCHASTIC>(load<vf16>(x), first + j, zero, inverse, kTop, table, k0,
+                                        k1);
+  };
   int64_t j = 0;
-  for (; j + kLanes <= group_len; j += kLanes) {
-    const vi16 c = encode16<NORMAL, STOCHASTIC>(load<vf16>(row + j), first + j, zero, inverse,
-                                                kMaxCode, table, k0, k1);
-    pack16<BITS>(c, out + j * BITS / 8);
-  }
-  if (j < group_len) {  // a last part shorter than 16 (still whole bytes)
-    uint8_t codes[kChunk];
+  for (; j + kLanes <= group_len; j += kLanes) pack16<BITS>(codes(row + j, j), out + j * BITS / 8);
+  if (j < group_len) {
     const int64_t n = group_len - j;
-    encode<NORMAL, STOCHASTIC>(row + j, n, first + static_cast<uint32_t>(j), zero, inverse,
-                               static_cast<float>(kMaxCode), table, k0, k1, codes);
-    pack_codes<BITS>(codes, n, out + j * BITS / 8);
+    float part[kLanes] = {};
+    uint8_t bytes[2 * BITS];
+    std::memcpy(part, row + j, n * sizeof(float));
+    pack16<BITS>(codes(part, j), bytes);
+    std::memcpy(out + j * BITS / 8, bytes, n * BITS / 8);
   }
 }
 
@@ -348,39 +291,36 @@ template <int BITS, bool NORMAL>
 void dequantize_groups(const uint8_t* packed, const uint16_t* zero_bits,
                        const uint16_t* scale_bits, int64_t n_groups, int64_t group_len,
                        const float* levels, float* out) {
-  constexpr int kPerByte = 8 / BITS;
-  constexpr int kMask = (1 << BITS) - 1;
-  const int64_t bytes_per_group = group_len / kPerByte;
+  const int64_t bytes_per_group = group_len * BITS / 8;
   for (int64_t g = 0; g < n_groups; ++g) {
     const float zero = bfloat16_value(zero_bits[g]);
     const float scale = bfloat16_value(scale_bits[g]);
     const uint8_t* in = packed + g * bytes_per_group;
     float* values = out + g * group_len;
-    int64_t j = 0;
     if constexpr (BITS == 8 && !NORMAL) {  // a plain loop: GCC vectorizes it better than lanes
-      for (; j < group_len; ++j) values[j] = static_cast<float>(in[j]) * scale + zero;
+      for (int64_t j = 0; j < group_len; ++j) values[j] = static_cast<float>(in[j]) * scale + zero;
+      continue;
     }
-    for (; j + kLanes <= group_len; j += kLanes) {
-      const vi16 code = unpack16<BITS>(in + j * BITS / 8);
+    const auto decoded = [&](const uint8_t* bytes) {
+      const vi16 code = unpack16<BITS>(bytes);
       vf16 level;
-      if constexpr (NORMAL) {
+      if constexpr (NORMAL) {  // selects rather than a gather: they vectorize
         level = code < 2 ? (code == 0 ? vf16{} + levels[0] : vf16{} + levels[1])
                          : (code == 2 ? vf16{} + levels[2] : vf16{} + levels[3]);
       } else {
         level = __builtin_convertvector(code, vf16);
       }
-      store(values + j, level * scale + zero);
-    }
-    for (; j < group_len; ++j) {
-      const int code = (in[j / kPerByte] >> ((j % kPerByte) * BITS)) & kMask;
-      float level;
-      if constexpr (NORMAL) {  // selects rather than a gather: they vectorize
-        level = code < 2 ? (code == 0 ? levels[0] : levels[1])
-                         : (code == 2 ? levels[2] : levels[3]);
-      } else {
-        level = static_cast<float>(code);
-      }
-      values[j] = level * scale + zero;
+      return level * scale + zero;
+    };
+    int64_t j = 0;
+    for (; j + kLanes <= group_len; j += kLanes) store(values + j, decoded(in + j * BITS / 8));
+    if (j < group_len) {  // a last part shorter than 16 (whole bytes), from a zero-padded copy
+      const int64_t n = group_len - j;
+      uint8_t bytes[2 * BITS] = {};
+      float part[kLanes];
+      std::memcpy(bytes, in + j * BITS / 8, n * BITS / 8);
+      store(part, decoded(bytes));
+      std::memcpy(values + j, part, n * sizeof(float));
     }
   }
 }
