@@ -31,13 +31,13 @@ def test_the_library_is_built_once_into_the_cache(tmp_path, monkeypatch):
 
 def test_applies_to_float32_values_with_bfloat16_parameters_on_the_cpu_only():
     if not native.available():
-        assert not native.applies(torch.float32, torch.bfloat16, torch.device("cpu"))
+        assert not native.codec_applies(torch.float32, torch.bfloat16, torch.device("cpu"))
         return
     cpu = torch.device("cpu")
-    assert native.applies(torch.float32, torch.bfloat16, cpu)
-    assert not native.applies(torch.float16, torch.float16, cpu)
-    assert not native.applies(torch.float32, torch.float32, cpu)
-    assert not native.applies(torch.float32, torch.bfloat16, torch.device("meta"))
+    assert native.codec_applies(torch.float32, torch.bfloat16, cpu)
+    assert not native.codec_applies(torch.float16, torch.float16, cpu)
+    assert not native.codec_applies(torch.float32, torch.float32, cpu)
+    assert not native.codec_applies(torch.float32, torch.bfloat16, torch.device("meta"))
 
 
 @needs_native

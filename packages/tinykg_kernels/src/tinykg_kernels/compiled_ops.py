@@ -282,7 +282,7 @@ def quantize(
         return _quantize_eagerly(flat, layout, scheme, param_dtype, noise_keys)
     body, tail = _split(layout)
     x = flat[: body.numel].view(body.n_groups, body.group_len)
-    if native.applies(flat.dtype, param_dtype, flat.device):  # the same codes, faster
+    if native.codec_applies(flat.dtype, param_dtype, flat.device):  # the same codes, faster
         normal = interval_constants(layout.group_len) if scheme == "normal" else None
         words = key_words(seed) if stochastic else None
         codes, scale, zero, _ = native.quantize_groups(x.contiguous(), layout.bits, normal, words)
@@ -322,7 +322,7 @@ def dequantize(
         return reference.dequantize(codes, scale, zero, layout, scheme, dtype)
     body, tail = _split(layout)
     n = body.n_groups
-    if native.applies(dtype, scale.dtype, codes.device):  # the same values, faster
+    if native.codec_applies(dtype, scale.dtype, codes.device):  # the same values, faster
         levels = interval_constants(layout.group_len)[0] if scheme == "normal" else None
         values = native.dequantize_groups(
             codes[:n].contiguous(), scale[:n], zero[:n], layout.group_len, layout.bits, levels

@@ -76,9 +76,9 @@ def runs_compiled(x: torch.Tensor, backend: str | None) -> bool:
 
 
 def runs_native(x: torch.Tensor, backend: str | None) -> bool:
-    """Whether a fused call on `x` runs the native loops (`native.planes_apply`) where it would
+    """Whether a fused call on `x` runs the native loops (`native.planes_applies`) where it would
     run the compiled ones: the same values, without inductor's per-call overhead."""
-    return runs_compiled(x, backend) and native.planes_apply(x)
+    return runs_compiled(x, backend) and native.planes_applies(x)
 
 
 def run_fused(

@@ -20,7 +20,7 @@ flags and CPU, and calls it on torch tensors' memory.
 `TINYKG_KERNELS_NATIVE=0` turns it off (the inductor loops and torch's CSR product then run).
 """
 
-from tinykg_kernels.native.codec import applies, dequantize_groups, quantize_groups
+from tinykg_kernels.native.codec import codec_applies, dequantize_groups, quantize_groups
 from tinykg_kernels.native.library import (
     CACHE_ENV,
     HEADERS,
@@ -35,7 +35,7 @@ from tinykg_kernels.native.plane_passes import (
     dropout_backward,
     leaky_pair,
     leaky_pair_backward,
-    planes_apply,
+    planes_applies,
 )
 from tinykg_kernels.native.sparse import PARALLEL_MIN_ROWS, csr_applies, csr_matmul
 
@@ -45,7 +45,7 @@ __all__ = [
     "NATIVE_ENV",
     "PARALLEL_MIN_ROWS",
     "SOURCES",
-    "applies",
+    "codec_applies",
     "available",
     "csr_applies",
     "csr_matmul",
@@ -56,6 +56,6 @@ __all__ = [
     "failure",
     "leaky_pair",
     "leaky_pair_backward",
-    "planes_apply",
+    "planes_applies",
     "quantize_groups",
 ]

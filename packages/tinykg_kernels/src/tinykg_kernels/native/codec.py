@@ -10,7 +10,7 @@ import torch
 from tinykg_kernels.native import library
 
 
-def applies(dtype: torch.dtype, param_dtype: torch.dtype, device: torch.device) -> bool:
+def codec_applies(dtype: torch.dtype, param_dtype: torch.dtype, device: torch.device) -> bool:
     """Whether a call with these dtypes on this device runs natively: float32 values on the CPU
     with bfloat16 parameters (the default for float32 activations)."""
     return (

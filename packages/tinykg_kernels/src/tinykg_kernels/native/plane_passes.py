@@ -8,7 +8,7 @@ import torch
 from tinykg_kernels.native import library
 
 
-def planes_apply(x: torch.Tensor) -> bool:
+def planes_applies(x: torch.Tensor) -> bool:
     """Whether the plane-mask passes (`leaky_pair`, `dropout_*`) run natively on `x`: a float32
     CPU tensor of whole planes (a multiple of 8 elements), and the library available."""
     return (
@@ -27,7 +27,7 @@ def _mask_for(x: torch.Tensor) -> torch.Tensor:
 def leaky_pair(
     a: torch.Tensor, b: torch.Tensor, slope: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`tinykg_kernels.leaky_relu_pair` for tensors `planes_apply` accepts (same shape)."""
+    """`tinykg_kernels.leaky_relu_pair` for tensors `planes_applies` accepts (same shape)."""
     a, b = a.contiguous(), b.contiguous()
     out, mask_a, mask_b = torch.empty_like(a), _mask_for(a), _mask_for(a)
     library.load().tinykg_leaky_pair(
@@ -40,7 +40,7 @@ def leaky_pair(
 def leaky_pair_backward(
     grad: torch.Tensor, mask_a: torch.Tensor, mask_b: torch.Tensor, slope: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`tinykg_kernels.leaky_relu_pair_backward` for a gradient `planes_apply` accepts."""
+    """`tinykg_kernels.leaky_relu_pair_backward` for a gradient `planes_applies` accepts."""
     grad = grad.contiguous()
     grad_a, grad_b = torch.empty_like(grad), torch.empty_like(grad)
     library.load().tinykg_leaky_pair_backward(
@@ -53,7 +53,7 @@ def leaky_pair_backward(
 def dropout_apply(
     x: torch.Tensor, noise: torch.Tensor, scale: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`tinykg_kernels.apply_dropout_noise` for tensors `planes_apply` accepts (same shape)."""
+    """`tinykg_kernels.apply_dropout_noise` for tensors `planes_applies` accepts (same shape)."""
     x, noise = x.contiguous(), noise.contiguous()
     out, kept = torch.empty_like(x), _mask_for(x)
     library.load().tinykg_dropout_apply(
@@ -63,7 +63,7 @@ def dropout_apply(
 
 
 def dropout_backward(grad: torch.Tensor, kept: torch.Tensor, kept_value: float) -> torch.Tensor:
-    """`tinykg_kernels.dropout_noise_backward` for a gradient `planes_apply` accepts."""
+    """`tinykg_kernels.dropout_noise_backward` for a gradient `planes_applies` accepts."""
     grad = grad.contiguous()
     out = torch.empty_like(grad)
     library.load().tinykg_dropout_backward(
