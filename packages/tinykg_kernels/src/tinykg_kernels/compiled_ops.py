@@ -17,7 +17,7 @@ the number of groups is dynamic. The graphs are traced with make_fx and called d
 dynamo's per-call frame evaluation (`_compile_with_dynamic_size`).
 
 Float32 values with bfloat16 parameters (the default) go to `tinykg_kernels.native` instead: the same
-steps as plain C++ loops, the same bits, about 3x faster than inductor's here. These loops serve
+steps as plain C++ loops, the same bits, faster (`benchmarks.bench_kernels`). These loops serve
 every other dtype, and everything when no native library could be built.
 """
 

@@ -37,7 +37,7 @@ def _pair_body(slope: float, compiled: bool = False):
 def _pair_backward_body(slope: float, compiled: bool = False):  # one form either way
     def factor(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """1 where the input was positive, `slope` elsewhere: `bit + (1 - bit) * slope`, exact for
-        a bit of 0 or 1 (a select on the unpacked bits compiles to a loop 3x slower)."""
+        a bit of 0 or 1 (a select on the unpacked bits compiles to a slower vector-mask loop)."""
         bit = planes.unpack(mask, dtype)
         return bit + (1 - bit) * slope
 

@@ -45,7 +45,7 @@ def pack(mask: torch.Tensor, *, unrolled: bool = False) -> torch.Tensor:
 
 def unpack(packed: torch.Tensor, dtype: torch.dtype = torch.bool) -> torch.Tensor:
     """uint8 `[k]` -> `[8, k]` of `dtype`: bool, or 1 and 0 (converted from the integer bits
-    directly: through bool, a compiled loop takes a vector-mask path about 3x slower)."""
+    directly: through bool, a compiled loop takes a slower vector-mask path)."""
     shifts = _shifts(packed.device, torch.int32)
     return ((packed.to(torch.int32).unsqueeze(0) >> shifts) & 1).to(dtype)
 

@@ -2,8 +2,8 @@
 //
 // out[i] = sum over the row's entries k (in order) of values[k] * x[col[k]]: each output row kept
 // in vector registers while its entries stream by (rows of 16, 32, 48 or 64 floats; any other
-// width runs a plain loop). One core, sequential sums: deterministic. On the KG graphs here about
-// 2x faster than torch's CSR product on the CPU, which writes partial sums back per entry.
+// width runs a plain loop). One core per call, sequential sums: deterministic. Against torch's CSR
+// product on the CPU: `benchmarks.bench_kernels` (section kernels-cpu).
 
 #include <cstdint>
 #include <cstring>

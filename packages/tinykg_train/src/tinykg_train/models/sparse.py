@@ -100,7 +100,7 @@ class _CSRMatmul(torch.autograd.Function):
 
 
 def _product(crow, col, values, x, as_matrix) -> torch.Tensor:
-    """`A @ x`: `tinykg_kernels.native.csr_matmul` for float32 CPU tensors (about 2x faster than
+    """`A @ x`: `tinykg_kernels.native.csr_matmul` for float32 CPU tensors (faster than
     torch's CSR product there), else torch's CSR product (`as_matrix(values)`, e.g. on CUDA)."""
     if native.csr_applies(crow, col, values, x):
         return native.csr_matmul(crow, col, values, x)
