@@ -113,6 +113,24 @@ def test_an_interrupted_sweep_leaves_its_unfinished_trials_killed_without_error(
     assert ERROR_TAG not in client.get_run(running).data.tags
 
 
+def test_an_interrupted_trial_its_trainer_marked_failed_is_killed_for_resume(mlflow_store):
+    """Ctrl-C can tear a trial's worker down mid-epoch: the trainer sees an error, marks the run
+    FAILED and tags it, though Tune still counts the trial unfinished."""
+    client, experiment_id, parent = new_sweep(mlflow_store, "exp-e")
+    torn_down = make_child(client, experiment_id, parent, "t0", "FAILED")
+    client.set_tag(torn_down, ERROR_TAG, "RayActorError: the actor was killed")
+    crashed = make_child(client, experiment_id, parent, "t1", "FAILED")
+    outcomes = {"t0": TrialOutcome("t0", "unfinished"), "t1": TrialOutcome("t1", "error", "E: x")}
+    runs = child_runs(client, experiment_id, parent)
+    assert settle_children(client, runs, outcomes, interrupted=True) == {torn_down: "KILLED"}
+    assert ERROR_TAG not in client.get_run(torn_down).data.tags
+    assert client.get_run(crashed).info.status == "FAILED"  # a real failure stays one
+    # without an interruption an unfinished FAILED run is left as the trial closed it
+    quiet = make_child(client, experiment_id, parent, "t2", "FAILED")
+    runs = [client.get_run(quiet)]
+    assert settle_children(client, runs, {"t2": TrialOutcome("t2", "unfinished")}, False) == {}
+
+
 def test_error_line_is_short_and_single_line():
     assert error_line(RuntimeError("boom\nsecond line")) == "RuntimeError: boom"
     assert error_line(MemoryError()) == "MemoryError"

@@ -75,7 +75,9 @@ def settle_children(
     torn down before the trial marked the run), so KILLED with `stopped_by=asha`. Of the runs still
     RUNNING, a trial that errored lost its process (a kill, the OOM killer): FAILED with an `error`
     tag; on an interrupted sweep the unfinished ones become KILLED (`--resume` reopens them); any
-    other is FAILED as well.
+    other is FAILED as well. An unfinished trial of an interrupted sweep whose run is FAILED was
+    failed by the interruption itself (its worker torn down mid-epoch, which the trainer saw as an
+    error, not a Ctrl-C): KILLED too, without that `error` tag.
     """
     settled = {}
     for run in runs:
@@ -87,10 +89,12 @@ def settle_children(
         if state == "done":
             client.set_tag(run_id, STOPPED_TAG, "asha")
             status = "KILLED"
+        elif state == "unfinished" and interrupted and status in ("RUNNING", "FAILED"):
+            if ERROR_TAG in tags:
+                client.delete_tag(run_id, ERROR_TAG)
+            status = "KILLED"
         elif status != "RUNNING":
             continue  # the trial closed its run itself (a failure it recorded)
-        elif state == "unfinished" and interrupted:
-            status = "KILLED"
         else:
             detail = f": {outcome.error}" if outcome is not None and outcome.error else ""
             client.set_tag(run_id, ERROR_TAG, (KILLED_MESSAGE + detail)[:500])
