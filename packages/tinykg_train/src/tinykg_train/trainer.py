@@ -30,7 +30,7 @@ from tinykg_train.session import ModelBuilder, Session, open_session, save_sessi
 from tinykg_train.tracking import Tracker
 from tinykg_train.training_state import STOP_METRIC
 
-__all__ = ["ModelBuilder", "train"]
+__all__ = ["ModelBuilder", "run_epoch", "train"]
 
 
 def epoch_report(session: Session, row: dict[str, Any]) -> dict[str, Any]:
@@ -60,20 +60,30 @@ def fit(session: Session, tracker: Tracker | None, on_epoch: Callable[[dict], An
     for epoch in epochs:
         if state.stopped_early:
             break
-        row = train_epoch(session, epoch)
-        evaluate_epoch(session, epoch, row)
-        state.history.append(row)
-        state.next_epoch = epoch + 1
-        if tracker is not None:
-            tracker.log_epoch(
-                epoch, {k: v for k, v in row.items() if k not in ("evaluated", "improved")}
-            )
-        save_session(session)  # after logging: a kill in between re-runs (and re-logs) this epoch
+        row = run_epoch(session, epoch, tracker)
         epochs.set_postfix(
             loss=f"{row['train_loss']:.4f}", recall=f"{row.get(STOP_METRIC, float('nan')):.4f}"
         )
         if on_epoch is not None:
             on_epoch(epoch_report(session, row))
+
+
+def run_epoch(session: Session, epoch: int, tracker: Tracker | None = None) -> dict[str, Any]:
+    """Train and (when due) evaluate one epoch, log it, checkpoint the session; the history row.
+
+    What `fit` does per epoch, also called one epoch at a time by drivers that interleave several
+    trainings (benchmarks.bench_matrix times the widths' epochs taking turns)."""
+    state = session.state
+    row = train_epoch(session, epoch)
+    evaluate_epoch(session, epoch, row)
+    state.history.append(row)
+    state.next_epoch = epoch + 1
+    if tracker is not None:
+        tracker.log_epoch(
+            epoch, {k: v for k, v in row.items() if k not in ("evaluated", "improved")}
+        )
+    save_session(session)  # after logging: a kill in between re-runs (and re-logs) this epoch
+    return row
 
 
 def final_result(session: Session, test: dict[str, float], device_label: str) -> dict[str, Any]:

@@ -1,0 +1,111 @@
+"""benchmarks/bench_matrix.py: widths of a group train side by side with their epochs taking turns,
+the report says per cell whether a paired interval shows the width within 1% of FP32, finished runs
+are read back, and a width added later is timed against a throwaway FP32 training."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks._matrix_report import Cell, paired_interval, same_round_ratios
+from benchmarks.bench_matrix import main
+
+
+def cell(recalls: dict[int, float]) -> Cell:
+    return Cell(runs={seed: {"recall@20": r} for seed, r in recalls.items()})
+
+
+def test_paired_interval_is_the_t_interval_of_same_seed_differences_over_fp32s_mean():
+    base = cell({0: 0.30, 1: 0.20, 2: 0.25})
+    width = cell({0: 0.31, 1: 0.20, 2: 0.26})
+    interval = paired_interval(width, base, "recall@20")
+    # differences 0.01, 0.00, 0.01: mean 0.006667, sd 0.005774, t(2) = 4.303
+    half = 4.303 * 0.0057735 / 3**0.5
+    assert interval.ratio == pytest.approx(1 + 0.0066667 / 0.25, abs=1e-6)
+    assert interval.low == pytest.approx(1 + (0.0066667 - half) / 0.25, abs=1e-5)
+    assert interval.high == pytest.approx(1 + (0.0066667 + half) / 0.25, abs=1e-5)
+    assert interval.verdict == "unclear"  # 0.967 .. 1.087: three seeds cannot tell
+
+
+def test_verdicts_follow_where_the_interval_lies():
+    base = cell({0: 0.30, 1: 0.20, 2: 0.25})
+    assert (
+        paired_interval(cell({0: 0.301, 1: 0.2005, 2: 0.2502}), base, "recall@20").verdict == "yes"
+    )
+    assert paired_interval(cell({0: 0.27, 1: 0.18, 2: 0.224}), base, "recall@20").verdict == "no"
+    assert paired_interval(cell({0: 0.30}), cell({0: 0.3}), "recall@20").verdict == "one seed"
+
+
+def test_epoch_ratios_pair_only_rounds_where_both_widths_ran():
+    rounds = [{"32": 1.0, "2": 1.1}, {"2": 5.0}, {"32": 2.0, "2": 2.4}]
+    assert same_round_ratios(rounds, "2") == pytest.approx([1.1, 1.2])
+
+
+def write_plan(path: Path, data: Path, widths: list) -> Path:
+    plan = {
+        "datasets": {"tiny": {"path": str(data)}},
+        "models": ["kgat"],
+        "widths": widths,
+        "seeds": [0, 1],
+        "modes": {"whole": {}},
+        "train": {"epochs": 2, "max_batches_per_epoch": 2, "embed_dim": 8, "n_layers": 1,
+                  "device": "cpu", "patience": 5},
+    }  # fmt: skip
+    path.write_text(json.dumps(plan))  # JSON is YAML
+    return path
+
+
+def test_matrix_trains_side_by_side_reports_and_times_a_later_width_against_fp32(
+    tiny_dataset_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+):
+    md, out = tmp_path / "BENCHMARKS.md", tmp_path / "runs"
+    monkeypatch.setenv("TINYKG_BENCHMARKS_MD", str(md))
+    monkeypatch.setenv("TINYKG_FIGURES_DIR", str(tmp_path / "figures"))
+    plan = write_plan(tmp_path / "plan.yaml", tiny_dataset_dir, [32, 2])
+    assert main(["--plan", str(plan), "--out", str(out)]) == 0
+
+    group = out / "tiny" / "whole" / "kgat"
+    for width in ("fp32", "int2"):
+        for seed in (0, 1):
+            metrics = json.loads((group / width / f"seed{seed}" / "metrics.json").read_text())
+            assert metrics["epochs_trained"] == 2 and metrics["seed"] == seed
+    rounds = json.loads((group / "seed0-timing.json").read_text())
+    assert [sorted(r) for r in rounds] == [["2", "32"], ["2", "32"]]  # one epoch each, in turns
+    text = md.read_text()
+    assert (
+        "<!-- begin:accuracy-matrix-cpu -->" in text
+        and "| tiny | whole | kgat | INT2 | 2 |" in text
+    )
+    assert (tmp_path / "figures" / "accuracy-matrix-cpu.png").is_file()
+
+    finished = (group / "int2" / "seed0" / "metrics.json").stat().st_mtime_ns
+    plan = write_plan(tmp_path / "plan.yaml", tiny_dataset_dir, [32, 2, 4])
+    assert main(["--plan", str(plan), "--out", str(out)]) == 0
+    assert (group / "int2" / "seed0" / "metrics.json").stat().st_mtime_ns == finished  # read back
+    assert (group / "int4" / "seed1" / "metrics.json").is_file()
+    rounds = json.loads((group / "seed1-timing.json").read_text())
+    # the new width's epochs ran in turns with a throwaway FP32 training (FP32 itself had finished)
+    assert [sorted(r) for r in rounds[2:]] == [["32", "4"], ["32", "4"]]
+    assert "| tiny | whole | kgat | INT4 | 2 |" in md.read_text()
+
+
+def test_a_run_dir_with_other_settings_stops_the_matrix(tiny_dataset_dir: Path, tmp_path: Path):
+    out = tmp_path / "runs"
+    plan = write_plan(tmp_path / "plan.yaml", tiny_dataset_dir, [32])
+    assert main(["--plan", str(plan), "--out", str(out), "--seeds", "0", "--no-write"]) == 0
+    with pytest.raises(SystemExit, match="holds a run with other settings .*lr"):
+        main(
+            [
+                "--plan",
+                str(plan),
+                "--out",
+                str(out),
+                "--seeds",
+                "0",
+                "--set",
+                "lr=0.01",
+                "--no-write",
+            ]
+        )
