@@ -91,11 +91,21 @@ def test_a_rescaled_tensor_rebuilds_from_its_parts_and_decodes_to_y_times_scale(
     y = x / scale.clamp_min(0.1)
     stored = Rescaled(compress(y, CompressionConfig(bits=8)), scale, 0.1)
     rebuilt = Rescaled.rebuild(stored.meta(), stored.parts())
-    torch.testing.assert_close(
-        rebuilt.decode(), decompress(stored.compressed) * scale.clamp_min(0.1)
-    )
+    torch.testing.assert_close(rebuilt.decode(), decompress(stored.stored) * scale.clamp_min(0.1))
     assert float((stored.decode() - x).norm() / x.norm()) < 0.01
-    assert stored.nbytes == stored.compressed.nbytes + 100 * 4
+    assert stored.nbytes == stored.stored.nbytes + 100 * 4
+
+
+def test_a_rescaled_form_of_an_exact_output_rebuilds_x_without_touching_the_output():
+    """A normalized output kept exact (a `bits: auto` plan) still serves later saves of its input."""
+    x = torch.randn(50, 16, generator=torch.Generator().manual_seed(1)) * 3
+    scale = x.norm(dim=1, keepdim=True)
+    y = x / scale.clamp_min(1e-12)
+    stored = Rescaled(y, scale, 1e-12)
+    rebuilt = Rescaled.rebuild(stored.meta(), stored.parts())
+    torch.testing.assert_close(rebuilt.decode(), x)
+    torch.testing.assert_close(y, x / scale)  # decoding did not scale the stored output in place
+    assert stored.nbytes == (50 * 16 + 50) * 4
 
 
 def test_an_offered_rescaled_form_serves_later_saves_of_the_tensor():
@@ -108,7 +118,7 @@ def test_an_offered_rescaled_form_serves_later_saves_of_the_tensor():
         scaled = compress(y, config.for_normalized())
         offer_rescaled(x, scaled, scale, 0.0, config.for_normalized())
         reused = compress(x, config)
-        assert isinstance(reused, Rescaled) and reused.compressed is scaled
+        assert isinstance(reused, Rescaled) and reused.stored is scaled
         assert compress(x, CompressionConfig(bits=8)) is not reused  # never narrower than asked
         x.add_(1.0)  # a new version: the offer no longer describes it
         assert not isinstance(compress(x, config), Rescaled)

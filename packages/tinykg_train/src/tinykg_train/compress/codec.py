@@ -18,6 +18,7 @@ import torch
 from tinykg_kernels import QuantizedTensor, dequantize, quantize, unproject
 from tinykg_kernels import project as random_projection
 from tinykg_train.compress import stack
+from tinykg_train.compress.adaptive import sites
 from tinykg_train.compress.config import BITS, CompressionConfig
 from tinykg_train.compress.gathered import gathered_rows
 from tinykg_train.compress.masks import PackedMask
@@ -76,32 +77,39 @@ class Compressed:
 
 @dataclass(frozen=True)
 class Rescaled:
-    """A tensor x stored as a compressed y = x / max(scale, least) and the exact `scale` (broadcast
-    against y): an L2 normalization's input, from the output and row norms it saves anyway
-    (`offer_rescaled`; the norms are the same tensor, held once). Quantizing y rather than x gives
-    every row the same range, however different their norms."""
+    """A tensor x stored as y = x / max(scale, least) and the exact `scale` (broadcast against y):
+    an L2 normalization's input, from the output and row norms it saves anyway (`offer_rescaled`;
+    the norms are the same tensor, held once). Quantizing y rather than x gives every row the same
+    range, however different their norms. `stored` is y compressed, or y itself where it is kept
+    exact (a `bits: auto` plan, or a tensor too small to compress)."""
 
-    compressed: Compressed
+    stored: Compressed | torch.Tensor
     scale: torch.Tensor
     least: float = 0.0
 
     def decode(self) -> torch.Tensor:
-        return self.compressed.decode().mul_(self.scale.clamp_min(self.least))
+        scale = self.scale.clamp_min(self.least)
+        if isinstance(self.stored, torch.Tensor):
+            return self.stored * scale
+        return self.stored.decode().mul_(scale)
 
     @property
     def nbytes(self) -> int:
-        return self.compressed.nbytes + self.scale.numel() * self.scale.element_size()
+        return sum(t.numel() * t.element_size() for t in self.parts())
 
     def parts(self) -> tuple[torch.Tensor, ...]:
-        return (*self.compressed.parts(), self.scale)
+        stored = (self.stored,) if isinstance(self.stored, torch.Tensor) else self.stored.parts()
+        return (*stored, self.scale)
 
-    def meta(self) -> tuple[tuple, float]:
-        return (self.compressed.meta(), self.least)
+    def meta(self) -> tuple[tuple | None, float]:
+        exact = isinstance(self.stored, torch.Tensor)
+        return (None if exact else self.stored.meta(), self.least)
 
     @classmethod
     def rebuild(cls, meta: tuple, parts: tuple[torch.Tensor, ...]) -> Rescaled:
-        compressed_meta, least = meta
-        return cls(Compressed.rebuild(compressed_meta, parts[:-1]), parts[-1], least)
+        stored_meta, least = meta
+        stored = parts[0] if stored_meta is None else Compressed.rebuild(stored_meta, parts[:-1])
+        return cls(stored, parts[-1], least)
 
 
 def worth_compressing(tensor: torch.Tensor, config: CompressionConfig) -> bool:
@@ -117,7 +125,11 @@ def _random_seed() -> int:
 
 
 def _compress(
-    tensor: torch.Tensor, config: CompressionConfig, project: bool, exact_positives: bool
+    tensor: torch.Tensor,
+    config: CompressionConfig,
+    project: bool,
+    exact_positives: bool,
+    seed: int | None = None,
 ) -> Compressed:
     projection = None
     values = tensor.detach()
@@ -131,7 +143,7 @@ def _compress(
         bits=config.bits,
         group_size=config.group_for(tuple(values.shape)),
         stochastic=config.stochastic,
-        seed=None,
+        seed=seed,
         scheme=config.levels,
         # no device sync per saved tensor: a NaN activation still shows as a NaN loss, which the
         # trainer reports as divergence
@@ -139,6 +151,21 @@ def _compress(
     )
     positive = PackedMask.positive(values) if exact_positives else None
     return Compressed(quantized, projection, positive)
+
+
+def _compress_planned(
+    tensor: torch.Tensor, config: CompressionConfig, project: bool, exact_positives: bool
+) -> torch.Tensor | Compressed:
+    """`_compress` at the width an applied `adaptive.WidthPlan` gives this site (`bits: auto`),
+    the tensor itself when the plan keeps it exact; at `config`'s width when no plan applies."""
+    width = sites.width_for(tensor, config.bits)
+    if width is None:
+        return _compress(tensor, config, project, exact_positives)
+    if width == sites.EXACT:
+        return tensor.detach()
+    return _compress(
+        tensor, config.at_width(width), project, exact_positives, sites.rounding_seed()
+    )
 
 
 @functools.cache
@@ -176,7 +203,7 @@ def compress(
     return stack.cached(
         _kind(config, project, exact_positives),
         tensor,
-        lambda t: _compress(t, config, project, exact_positives),
+        lambda t: _compress_planned(t, config, project, exact_positives),
         # e.g. an L2-normalized output stored at 4 bits, then saved as a layer's input at 2
         also=[_kind(wider, project, exact_positives) for wider in _wider_configs(config)],
     )
@@ -194,10 +221,16 @@ def offer_rescaled(
     least: float,
     config: CompressionConfig,
 ) -> None:
-    """Let later ops that save `tensor` (= y * max(scale, least), y compressed as `scaled` per
-    `config`) reuse `Rescaled(scaled, scale, least)` instead of storing `tensor` again: the output
-    of an L2 normalization and its norms already hold its input, which KGAT's next layer saves."""
-    if isinstance(scaled, Compressed) and scaled.projection is None and scaled.positive is None:
+    """Let later ops that save `tensor` (= y * max(scale, least), y stored as `scaled` per `config`:
+    compressed, or kept as it is) reuse `Rescaled(scaled, scale, least)` instead of storing `tensor`
+    again: the output of an L2 normalization and its norms already hold its input, which KGAT's next
+    layer saves. Offered whatever y's width, so the saves a step quantizes (the sites of
+    `bits: auto`) are the same whichever widths they get."""
+    plain = isinstance(scaled, torch.Tensor) and not stack.is_persistent(scaled)
+    compressed = (
+        isinstance(scaled, Compressed) and scaled.projection is None and scaled.positive is None
+    )
+    if plain or compressed:
         # held under the kind `compress(tensor, config)` looks up (unless a stored form is already)
         rescaled = Rescaled(scaled, scale, least)
         stack.cached(_kind(config, False, False), tensor, lambda _: rescaled)

@@ -129,6 +129,10 @@ class CompressionConfig:
             return self
         return _widened(self, bits)
 
+    def at_width(self, bits: int) -> CompressionConfig:
+        """This config at exactly `bits` (1, 2, 4 or 8): what `bits: auto` stores a tensor at."""
+        return self if bits == self.bits else _widened(self, bits)
+
     @property
     def enabled(self) -> bool:
         """True when saved activations are compressed (bits < 32)."""
