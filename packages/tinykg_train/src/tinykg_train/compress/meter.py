@@ -97,6 +97,11 @@ class ActivationMeter(stack.SavedTensorLayer):
         if len(self._names) > 1:
             self._names.pop()
 
+    @property
+    def current_module(self) -> str:
+        """Qualified name of the innermost module of `model` running now ("" outside any)."""
+        return self._names[-1]
+
     # -- results ------------------------------------------------------------------------------
 
     def _summarize(self) -> dict[str, int]:

@@ -1,0 +1,88 @@
+"""How much each site's rounding perturbs a step's gradient, measured on one real batch.
+
+One pass with every site kept exact gives the exact gradient `g` and lists the sites; then one pass
+per site quantizes that site alone at the probe width. Its sensitivity is the relative squared
+error it adds, `||g_site - g||^2 / ||g||^2` over every parameter gradient. Each pass starts from
+the same random state, so dropout masks (and KGIN's dropped edges) are the same in all of them, and
+the rounding noise comes from its own generator: the differences are the rounding's alone. The
+run's random stream is left as it was, so measuring changes no later draw.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from tinykg_train.compress.adaptive.sites import Site, WidthPlan, applying
+from tinykg_train.compress.config import CompressionConfig
+from tinykg_train.compress.meter import ActivationMeter
+from tinykg_train.compress.saved_tensors import compress_saved_tensors
+
+PROBE_BITS = 2
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    """The sites of one phase's step and the relative squared gradient error of each at the probe
+    width; `held_bytes` is what the exact pass held for backward (sites exact)."""
+
+    sites: tuple[Site, ...]
+    errors: tuple[float, ...]
+    probe_bits: int
+    held_bytes: int
+
+
+def gradient(model: torch.nn.Module) -> torch.Tensor:
+    """Every parameter's gradient, flattened into one vector (zeros where there is none)."""
+    return torch.cat(
+        [
+            (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+            for p in model.parameters()
+        ]
+    )
+
+
+def measure(
+    model: torch.nn.Module,
+    loss_fn: Callable[..., torch.Tensor],
+    batch: Sequence[torch.Tensor],
+    compression: CompressionConfig,
+    *,
+    probe_bits: int = PROBE_BITS,
+    seed: int = 0,
+) -> Sensitivity:
+    """Sensitivities of the sites of `loss_fn(*batch)` (the model's training mode as it is)."""
+    device = next(model.parameters()).device
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        start = torch.get_rng_state(), (torch.cuda.get_rng_state(device) if devices else None)
+
+        def run_pass(plan: WidthPlan | None, meter=None, **kwargs) -> torch.Tensor:
+            torch.set_rng_state(start[0])
+            if devices:
+                torch.cuda.set_rng_state(start[1], device)
+            noise = torch.Generator().manual_seed(seed)
+            model.zero_grad(set_to_none=True)
+            with compress_saved_tensors(compression), applying(plan, noise=noise, **kwargs):
+                with meter if meter is not None else contextlib.nullcontext():
+                    loss = loss_fn(*batch)  # held bytes: what is still saved when the forward ends
+                loss.backward()
+            return gradient(model)
+
+        sites: list[Site] = []
+        meter = ActivationMeter(model)
+        exact = run_pass(
+            None, meter, all_exact=True, record=sites, module_of=lambda: meter.current_module
+        )
+        held = meter.total_bytes
+        scale = float(exact.pow(2).sum()) or 1.0
+        errors = []
+        base = WidthPlan.exact(len(sites))
+        for site in sites:
+            perturbed = run_pass(base.with_width(site.index, probe_bits))
+            errors.append(float((perturbed - exact).pow(2).sum()) / scale)
+    model.zero_grad(set_to_none=True)
+    return Sensitivity(tuple(sites), tuple(errors), probe_bits, int(held))
