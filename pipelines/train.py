@@ -27,7 +27,10 @@ SETTINGS: dict[str, list[tuple[str, str, str, str]]] = {
         ("--device", "device", "auto|cpu|cuda", "auto = the GPU when torch sees one"),
     ],
     "compression": [
-        ("--bits", "bits", "B", "bits per saved activation: 1, 2, 4, 8, or 32 = uncompressed"),
+        ("--bits", "bits", "B", "bits per saved activation: 1, 2, 4, 8, 32 = uncompressed, or auto = chosen per saved tensor from its measured gradient sensitivity"),
+        ("--auto-bits", "auto_bits", "B", "--bits auto: the average width it aims at"),
+        ("--adapt-every", "adapt_every", "N", "--bits auto: measure the sensitivities again every N epochs (0 = once)"),
+        ("--memory-budget", "memory_budget", "SIZE", "--bits auto: the widths whose training step fits SIZE (e.g. 300MB, 1.5GiB: model state, activations held, temporaries); says what it chose and what FP32 would need"),
         ("--group-size", "group_size", "G", "elements per quantization group"),
         ("--scheme", "scheme", "NAME", "quantization levels: auto (default: normal at 2 bits, else uniform), uniform or normal"),
         ("--score-bits", "score_bits", "B", "least bits of the final embeddings the BPR scores read (default 8; 32 = exact)"),
@@ -182,10 +185,12 @@ def make_tracker(args: argparse.Namespace):
 
 def result_table(result: dict[str, Any]) -> str:
     """The end-of-run summary: what was trained and how it scored on the test split."""
+    from tinykg_train.config import width_name
+
     seconds = result["epoch_seconds"]
     activation = result["activation_bytes"]
     rows: list[tuple[str, str]] = [
-        ("model", f"{result['model']} int{result['bits']} seed {result['seed']}"),
+        ("model", f"{result['model']} {width_name(result['bits'])} seed {result['seed']}"),
         ("device", result["device"]),
         ("epochs", f"{result['epochs_trained']} (best {result['best_epoch']})"),
         *(

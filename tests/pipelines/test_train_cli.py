@@ -51,7 +51,10 @@ def bad_cases(data: Path, tmp: Path, finished: Path) -> list[tuple[str, list[str
         ("not-ingested", ["--data", str(tmp / "not_a_dataset"), *new], "not a dataset dir (no metadata.json)"),
         ("no-dataset", new, "no dataset given: pass --data DIR"),
         ("unknown-model", ["--data", str(data), "--model", "gcn", *new], "unknown model 'gcn': choose one of kgat, kgin"),
-        ("bits", ["--data", str(data), "--bits", "3", *new], "'bits' must be one of 1, 2, 4, 8, 32 (got 3)"),
+        ("bits", ["--data", str(data), "--bits", "3", *new], "'bits' must be one of 1, 2, 4, 8, 32 or auto (got 3)"),
+        ("budget-malformed", ["--data", str(data), "--bits", "auto", "--memory-budget", "lots", *new], "'memory_budget' needs a positive size like 300MB, 1.5GiB or 2GB (got 'lots')"),
+        ("budget-fixed-bits", ["--data", str(data), "--bits", "2", "--memory-budget", "300MB", *new], "'memory_budget' chooses the widths itself: use it with bits auto (got bits 2)"),
+        ("budget-too-small", ["--data", str(data), "--model", "kgat", "--bits", "auto", "--memory-budget", "1kB", "--embed-dim", "8", "--layers", "1", *new], "is below what one training step needs even at 1 bit"),
         ("bits-not-a-number", ["--data", str(data), "--bits", "two", *new], "'bits' needs an integer (got 'two')"),
         ("malformed-yaml", ["--data", str(data), "--config", str(tmp / "bad.yaml"), *new], "bad.yaml:3: not valid YAML"),
         ("unknown-key", ["--data", str(data), "--config", str(tmp / "unknown.yaml"), *new], "unknown.yaml: unknown setting(s) learning_rate"),
@@ -184,3 +187,40 @@ def test_example_configs_load_and_build(name, tiny_dataset_dir):
 
     config = TrainConfig.from_yaml(REPO_ROOT / "configs" / f"{name}.yaml", {"data": "d"})
     assert build_model(config.model, tiny_dataset_dir, config).n_items > 0
+
+
+AUTO = ["--model", "kgin", "--bits", "auto", "--auto-bits", "2", "--adapt-every", "2",
+        "--embed-dim", "8", "--layers", "2", "--batch-size", "128", "--max-batches-per-epoch", "3",
+        "--device", "cpu", "--seed", "3"]  # fmt: skip
+
+
+def test_bits_auto_records_its_widths_and_resumes_with_them(tiny_dataset_dir, tmp_path, capsys):
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    mlflow_store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    argv = ["--data", str(tiny_dataset_dir), *AUTO, "--tracking-uri", mlflow_store]
+    code, out, err = run([*argv, "--out", str(whole), "--epochs", "4"], capsys)
+    assert code == 0, err
+    assert "bits auto, cf phase:" in out and "bits on average" in out
+    metrics = json.loads((whole / "metrics.json").read_text())
+    plan = metrics["precision"]["phases"]["cf"]
+    assert metrics["bits"] == "auto" and plan["epoch"] == 2  # measured at 0, again at 2
+    assert plan["average_bits"] <= 2.0 and {s["bits"] for s in plan["sites"]} <= {1, 2, 4, 8, 32}
+    table = (whole / "activation_memory.csv").read_text().splitlines()
+    assert table[0] == "module,bytes,share,bits"
+    run_id = json.loads((whole / "mlflow_run.json").read_text())["run_id"]
+    params = MlflowClient(mlflow_store).get_run(run_id).data.params
+    assert params["bits"] == "auto"
+    assert params["bits_chosen.cf.epoch2.average"] == f"{plan['average_bits']:.2f}"
+    layer = next(s for s in plan["sites"] if s["module"] == "layers.0")
+    assert params["bits_chosen.cf.epoch2.layers.0"].split(",")[0] == str(layer["bits"])
+    history = MlflowClient(mlflow_store).get_metric_history(run_id, "average_bits_cf")
+    assert [m.step for m in history] == [0, 1, 2, 3] and history[-1].value == plan["average_bits"]
+
+    assert run([*argv, "--out", str(split), "--epochs", "2"], capsys)[0] == 0
+    code, out, err = run([*argv, "--out", str(split), "--epochs", "4", "--resume"], capsys)
+    assert code == 0, err
+    resumed = json.loads((split / "metrics.json").read_text())
+    assert resumed["resumed_at_epoch"] == 2
+    for key in ("recall@20", "ndcg@20", "train_loss", "activation_bytes"):
+        assert resumed[key] == metrics[key], key
+    assert resumed["precision"]["phases"] == metrics["precision"]["phases"]

@@ -10,15 +10,20 @@ from pathlib import Path
 from tinykg_train.run_dir import write_atomic, write_text_atomic
 
 
-def write_activation_table(path: Path, by_module: Mapping[str, int]) -> Path:
-    """CSV `module,bytes,share`, largest first, with a `total` row."""
+def write_activation_table(
+    path: Path, by_module: Mapping[str, int], widths: Mapping[str, str] | None = None
+) -> Path:
+    """CSV `module,bytes,share`, largest first, with a `total` row; with `widths` (`bits: auto`:
+    module -> the widths chosen for its quantized tensors, "4,2") also a `bits` column."""
     total = sum(by_module.values())
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["module", "bytes", "share"])
+    writer.writerow(["module", "bytes", "share", *(["bits"] if widths is not None else [])])
     for name, nbytes in sorted(by_module.items(), key=lambda item: -item[1]):
-        writer.writerow([name or "(model)", int(nbytes), f"{nbytes / total:.4f}" if total else "0"])
-    writer.writerow(["total", int(total), "1.0000" if total else "0"])
+        share = f"{nbytes / total:.4f}" if total else "0"
+        bits = [widths.get(name, "")] if widths is not None else []
+        writer.writerow([name or "(model)", int(nbytes), share, *bits])
+    writer.writerow(["total", int(total), "1.0000" if total else "0", *([""] if widths else [])])
     return write_text_atomic(path, buffer.getvalue())
 
 

@@ -20,28 +20,31 @@ if TYPE_CHECKING:
 
 MODELS = ("kgat", "kgin", "kgcn", "lightgcn", "bprmf")
 BITS = (1, 2, 4, 8, 32)
+AUTO = "auto"  # `bits: auto`: each saved tensor's width chosen from its measured sensitivity
 DEVICES = ("auto", "cpu", "cuda")
 SCHEMES = ("uniform", "normal", "auto")
 
 INT_FIELDS = frozenset(
     {
-        "bits", "score_bits", "normalize_bits", "epochs", "seed", "batch_size", "kg_batch_size",
+        "score_bits", "normalize_bits", "epochs", "seed", "batch_size", "kg_batch_size",
         "embed_dim", "n_layers", "kg_neighbors", "n_intents", "eval_every", "eval_batch_users",
-        "patience",
+        "patience", "adapt_every",
     }
 )  # fmt: skip
 OPTIONAL_INT_FIELDS = frozenset({"group_size", "max_batches_per_epoch"})
-FLOAT_FIELDS = frozenset({"lr", "l2", "dropout"})
+FLOAT_FIELDS = frozenset({"lr", "l2", "dropout", "auto_bits"})
 STR_FIELDS = frozenset({"data", "model", "scheme", "device", "out"})
+OPTIONAL_STR_FIELDS = frozenset({"memory_budget"})
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Settings of one run. `bits=32` trains without compression."""
+    """Settings of one run. `bits=32` trains without compression; `bits="auto"` chooses each saved
+    tensor's width from its measured gradient sensitivity (`tinykg_train.compress.adaptive`)."""
 
     data: str = ""
     model: str = "kgat"
-    bits: int = 32
+    bits: int | str = 32
     group_size: int | None = None
     scheme: str = "auto"  # normal levels at 2 bits, uniform otherwise
     # the least widths of the embeddings the BPR scores read and of the L2-normalized outputs saved
@@ -49,6 +52,13 @@ class TrainConfig:
     # checks they agree)
     score_bits: int = 8
     normalize_bits: int = 4
+    # `bits: auto`: the average width of the quantized saved tensors it aims at, and how often (in
+    # epochs) it measures the sensitivities again (0 = once, before the first epoch)
+    auto_bits: float = 2.5
+    adapt_every: int = 10
+    # the most memory one training step may use (parameters, gradients, optimizer state, graph
+    # buffers, activations held, the step's temporaries), e.g. "300MB"; needs `bits: auto`
+    memory_budget: str | None = None
     epochs: int = 20
     seed: int = 0
     lr: float = 1e-3
@@ -79,10 +89,24 @@ class TrainConfig:
         """Raise ConfigError with a one-line fix for any invalid setting."""
         if self.model not in MODELS:
             raise ConfigError(f"unknown model {self.model!r}: choose one of {', '.join(MODELS)}")
-        if self.bits not in BITS:
+        if self.bits not in BITS and self.bits != AUTO:
             raise ConfigError(
-                f"'bits' must be one of {', '.join(map(str, BITS))} (got {self.bits}); 32 means no compression"
+                f"'bits' must be one of {', '.join(map(str, BITS))} or auto (got {self.bits}); 32 means no compression"
             )
+        if not 1 <= self.auto_bits <= 8:
+            raise ConfigError(
+                f"'auto_bits' (the average width `bits: auto` aims at) needs to be in [1, 8] (got {self.auto_bits})"
+            )
+        if self.adapt_every < 0:
+            raise ConfigError(
+                f"'adapt_every' needs to be >= 0 epochs (0 = measure once) (got {self.adapt_every})"
+            )
+        if self.memory_budget is not None:
+            parse_size(self.memory_budget, "memory_budget")  # a malformed size fails here
+            if self.bits != AUTO:
+                raise ConfigError(
+                    f"'memory_budget' chooses the widths itself: use it with bits auto (got bits {self.bits})"
+                )
         for name in ("score_bits", "normalize_bits"):
             if getattr(self, name) not in BITS:
                 raise ConfigError(
@@ -153,17 +177,48 @@ class TrainConfig:
     def compressed(self) -> bool:
         return self.bits != 32
 
+    @property
+    def adaptive(self) -> bool:
+        """True when each saved tensor's width is chosen during training (`bits: auto`)."""
+        return self.bits == AUTO
+
     def compression_config(self) -> CompressionConfig:
-        """How the activations of this run are saved (imported here: it pulls in torch)."""
+        """How the activations of this run are saved (imported here: it pulls in torch). Under
+        `bits: auto` the ops ask for 2 bits and `compress.adaptive` decides each tensor's width."""
         from tinykg_train.compress import CompressionConfig
 
         return CompressionConfig(
-            bits=self.bits,
+            bits=2 if self.adaptive else self.bits,
             group_size=self.group_size,
             scheme=self.scheme,
             score_bits=self.score_bits,
             normalize_bits=self.normalize_bits,
         )
+
+
+def width_name(bits: int | str) -> str:
+    """How runs, logs and tables name a width: fp32 (no compression), int2, ..., auto."""
+    return "fp32" if bits == 32 else AUTO if bits == AUTO else f"int{bits}"
+
+
+SIZE_UNITS = {
+    "": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}  # fmt: skip
+
+
+def parse_size(text: str, name: str = "size") -> int:
+    """Bytes of a size like `300MB`, `1.5 GiB`, `2GB` or `4096` (decimal kB/MB/GB/TB, binary
+    KiB/MiB/GiB/TiB, case-insensitive); a ConfigError naming `name` otherwise."""
+    import re
+
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in SIZE_UNITS or float(match.group(1)) <= 0:
+        raise ConfigError(
+            f"'{name}' needs a positive size like 300MB, 1.5GiB or 2GB (got {text!r})"
+        )
+    return int(float(match.group(1)) * SIZE_UNITS[unit])
 
 
 def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
@@ -195,8 +250,18 @@ def _coerce(name: str, value: Any) -> Any:
     def wrong(expected: str) -> ConfigError:
         return ConfigError(f"'{name}' needs {expected} (got {value!r})")
 
+    if name == "bits":
+        if isinstance(value, str) and value.strip().lower() == AUTO:
+            return AUTO
+        return _as_int(value, wrong)
     if name in INT_FIELDS or (name in OPTIONAL_INT_FIELDS and value is not None):
         return _as_int(value, wrong)
+    if name in OPTIONAL_STR_FIELDS:
+        if value is None or isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise wrong("a string")
     if name in FLOAT_FIELDS:
         if isinstance(value, bool):
             raise wrong("a number")

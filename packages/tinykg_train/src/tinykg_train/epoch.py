@@ -18,6 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from tinykg_train.errors import TinyKGError
+from tinykg_train.precision import adapt_if_due
 from tinykg_train.session import Session
 
 
@@ -62,11 +63,11 @@ def run_phase(
     for batch in progress:
         batch = [tensor.to(session.device, non_blocking=True) for tensor in batch]
         optimizer.zero_grad(set_to_none=True)
-        compressing = (
-            compress_saved_tensors(session.compression)
-            if config.compressed
-            else contextlib.nullcontext()
-        )  # a fresh context per step: context managers are not reusable
+        compressing = contextlib.ExitStack()  # a fresh context per step: not reusable
+        if config.compressed:
+            compressing.enter_context(compress_saved_tensors(session.compression))
+        if session.precision is not None:  # `bits: auto`: the phase's chosen widths
+            compressing.enter_context(session.precision.applying(phase))
         with compressing:
             if measure and steps == 0:
                 with ActivationMeter(model) as meter:
@@ -93,17 +94,21 @@ def train_epoch(session: Session, epoch: int) -> dict[str, Any]:
     synchronize(session.device)
     start = time.perf_counter()
     model.on_epoch_start(epoch)  # e.g. KGAT's attention refresh: part of the epoch's cost
+    adapt_if_due(session, "cf", epoch, session.cf_batches, model.loss)
     cf_loss, activation_bytes, by_module = run_phase(
         session, epoch, "cf", session.cf_batches, model.loss, measure=True
     )
     row: dict[str, Any] = {"epoch": epoch, "train_loss": cf_loss}
     if session.kg_batches is not None:
+        adapt_if_due(session, "kg", epoch, session.kg_batches, model.kg_loss)
         row["kg_loss"], _, _ = run_phase(
             session, epoch, "kg", session.kg_batches, model.kg_loss, measure=False
         )
     synchronize(session.device)
     row["epoch_seconds"] = time.perf_counter() - start
     row["activation_bytes"] = activation_bytes
+    if session.precision is not None:  # `bits: auto`: the widths this epoch's steps used
+        row.update(session.precision.average_bits_by_phase())
     session.state.activation_by_module = by_module
     return row
 

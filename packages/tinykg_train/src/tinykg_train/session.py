@@ -25,6 +25,7 @@ from tinykg_train.checkpoint import (
 from tinykg_train.config import TrainConfig
 from tinykg_train.errors import ConfigError, TinyKGError
 from tinykg_train.evaluate import RankingEvaluator
+from tinykg_train.precision import build_precision
 from tinykg_train.run_dir import RunDir
 from tinykg_train.training_state import TrainingState
 
@@ -50,6 +51,7 @@ class Session:
     evaluator: RankingEvaluator
     compression: Any
     state: TrainingState
+    precision: Any = None  # AdaptivePrecision under `bits: auto`
     resumed_at: int | None = None
 
 
@@ -121,9 +123,11 @@ def open_session(
         if model.has_kg_phase
         else None,
         evaluator=RankingEvaluator(dataset, evaluation_ks(config), config.eval_batch_users, device),
-        compression=config.compression_config(),
+        # the one config of the run: the model's, also the hooks' (a model of the user's own may lack one)
+        compression=getattr(model, "compression", None) or config.compression_config(),
         state=TrainingState(),
     )
+    session.precision = build_precision(config, session.compression)
     if checkpoint is not None:
         restore(session, checkpoint)
     return session
@@ -135,6 +139,8 @@ def restore(session: Session, checkpoint: dict[str, Any]) -> None:
     session.optimizer.load_state_dict(checkpoint["optimizer"])
     session.state = TrainingState.from_dict(checkpoint["state"])
     restore_rng_state(checkpoint["rng"])
+    if session.precision is not None and checkpoint.get("precision"):
+        session.precision.load_state_dict(checkpoint["precision"])
     session.resumed_at = session.state.next_epoch
 
 
@@ -149,5 +155,6 @@ def save_session(session: Session) -> None:
             "rng": capture_rng_state(),
             "config": session.config.to_dict(),
             "dataset_fingerprint": session.dataset.fingerprint,
+            "precision": None if session.precision is None else session.precision.state_dict(),
         },
     )

@@ -27,6 +27,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Protocol
 
+from tinykg_train.config import width_name
 from tinykg_train.errors import TinyKGError
 from tinykg_train.run_dir import RunDir, write_json_atomic
 
@@ -136,6 +137,21 @@ def log_params(client, run_id: str, params: Mapping[str, str]) -> None:
         client.log_batch(run_id, params=items[start : start + 100])
 
 
+def chosen_width_params(precision: Mapping[str, Any]) -> dict[str, str]:
+    """`bits: auto`'s latest plans as params, keyed by the epoch each was measured at (params never
+    change, and a resumed run may measure again): `bits_chosen.<phase>.epoch<E>.<module>` = its
+    sites' widths in order ("4,2"), `bits_chosen.<phase>.epoch<E>.average` = the average width."""
+    params: dict[str, str] = {}
+    for phase, plan in precision["phases"].items():
+        prefix = f"bits_chosen.{phase}.epoch{plan['epoch']}"
+        widths: dict[str, list[str]] = {}
+        for site in plan["sites"]:
+            widths.setdefault(site["module"] or "model", []).append(str(site["bits"]))
+        params.update({f"{prefix}.{m}": ",".join(w) for m, w in widths.items()})
+        params[f"{prefix}.average"] = f"{plan['average_bits']:.2f}"
+    return params
+
+
 def git_commit(cwd: Path | None = None) -> tuple[str, bool] | None:
     """(commit sha, dirty?) of the git checkout around `cwd`, or None outside a repository."""
     try:
@@ -221,7 +237,8 @@ class MlflowTracker:
             self.experiment_id = experiment_id
             run = self.client.create_run(
                 experiment_id,
-                run_name=self.run_name or f"{config.model}-int{config.bits}-seed{config.seed}",
+                run_name=self.run_name
+                or f"{config.model}-{width_name(config.bits)}-seed{config.seed}",
                 tags=self._run_tags(config, device_label),
             )
             self.run_id = run.info.run_id
@@ -266,6 +283,8 @@ class MlflowTracker:
             if isinstance(result.get(key), (int, float)):
                 final[key] = float(result[key])
         self.client.log_batch(run_id, metrics=[Metric(k, v, stamp, 0) for k, v in final.items()])
+        if result.get("precision"):
+            log_params(self.client, run_id, chosen_width_params(result["precision"]))
         for path in (
             run_dir.config,
             run_dir.metrics,

@@ -20,11 +20,12 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from tinykg_train.activation_report import write_activation_chart, write_activation_table
-from tinykg_train.config import TrainConfig
+from tinykg_train.config import TrainConfig, width_name
 from tinykg_train.device import describe_device, resolve_device
 from tinykg_train.epoch import evaluate_epoch, train_epoch
 from tinykg_train.errors import TinyKGError
 from tinykg_train.memory import cuda_peak_bytes, peak_rss_bytes, reset_cuda_peak
+from tinykg_train.precision import prepare as prepare_precision
 from tinykg_train.run_dir import write_json_atomic, write_yaml_atomic
 from tinykg_train.session import ModelBuilder, Session, open_session, save_session
 from tinykg_train.tracking import Tracker
@@ -54,7 +55,7 @@ def fit(session: Session, tracker: Tracker | None, on_epoch: Callable[[dict], An
         range(state.next_epoch, config.epochs),
         initial=state.next_epoch,
         total=config.epochs,
-        desc=f"{config.model} int{config.bits}",
+        desc=f"{config.model} {width_name(config.bits)}",
         disable=None,
     )
     for epoch in epochs:
@@ -115,6 +116,8 @@ def final_result(session: Session, test: dict[str, float], device_label: str) ->
     }
     if session.kg_batches is not None:
         result["kg_loss"] = state.column("kg_loss")
+    if session.precision is not None:
+        result["precision"] = session.precision.report()
     return result
 
 
@@ -127,11 +130,12 @@ def finish(session: Session, device_label: str) -> dict[str, Any]:
     test = session.evaluator.evaluate(session.model, "test")
     result = final_result(session, test, device_label)
     if state.activation_by_module:
-        write_activation_table(run.activation_table, state.activation_by_module)
+        widths = None if session.precision is None else session.precision.cf_module_widths()
+        write_activation_table(run.activation_table, state.activation_by_module, widths)
         write_activation_chart(
             run.activation_chart,
             state.activation_by_module,
-            f"{session.config.model} int{session.config.bits}: "
+            f"{session.config.model} {width_name(session.config.bits)}: "
             f"{sum(state.activation_by_module.values()) / 2**20:.2f} MiB saved for backward, by module",
         )
     write_json_atomic(run.metrics, result)
@@ -159,6 +163,8 @@ def train(
     device_label = describe_device(device)
     reset_cuda_peak(device)
     session = open_session(config, device, model_builder)
+    for line in prepare_precision(session):  # `bits: auto`: may refuse a budget; writes nothing
+        print(line, flush=True)
     run, fresh = session.run, not session.run.path.exists()
     run.create()
     if tracker is not None:

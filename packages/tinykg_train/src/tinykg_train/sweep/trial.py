@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tinykg_train.config import TrainConfig
+from tinykg_train.config import TrainConfig, width_name
 from tinykg_train.run_dir import RunDir
 from tinykg_train.sweep.mlflow_runs import ERROR_TAG, STOPPED_TAG, SWEEP_TAG, TRIAL_TAG, error_line
 from tinykg_train.sweep.reporting import StoppedByScheduler, TuneReporter
@@ -53,7 +53,7 @@ class TrialSetup:
 def trial_label(settings: Mapping[str, Any]) -> str:
     """A short readable name from a trial's settings, e.g. "kgat-int2-lr0.001-seed0" ("fp32": 32 bits)."""
     config = check_settings(settings, "trial")
-    width = "fp32" if config.bits == 32 else f"int{config.bits}"
+    width = width_name(config.bits)
     return f"{config.model}-{width}-lr{config.lr:g}-seed{config.seed}"
 
 
