@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from pipelines._cli import run_cli
 
-AXIS_FLAGS = ("model", "bits", "lr", "seed", "embed_dim", "n_layers")
+AXIS_FLAGS = ("model", "bits", "memory_budget", "lr", "seed", "embed_dim", "n_layers")
 
 # (flag, key of the sweep config it overrides, type, metavar, help); `resources.cpu` goes into
 # `resources:`. Not given (None) leaves the config's value.

@@ -105,7 +105,7 @@ def error_cases(tmp_path: Path, data: Path, sweeps: Path):
         (["--colour", "red"], "unrecognized arguments: --colour red"),
         (["--num-samples", "many"], "argument --num-samples: invalid int value"),
         (["--out", str(tmp_path / "o")], "--data is required"),
-        ([*base, "--bits", "2,3"], "'bits' must be one of 1, 2, 4, 8, 32 (got 3)"),
+        ([*base, "--bits", "2,3"], "'bits' must be one of 1, 2, 4, 8, 32 or auto (got 3)"),
         ([*base, "--lr", "fast"], "'lr' needs a number (got 'fast')"),
         ([*base, "--seed", "0,,1"], "--seed: expected a value or a comma list"),
         ([*base, "--set", "colour=red"], "unknown setting(s) colour"),

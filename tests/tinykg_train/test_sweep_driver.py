@@ -158,3 +158,26 @@ def test_resume_continues_an_interrupted_sweep_in_the_same_runs(data, tmp_path):
     assert after[1].data.tags["resumed"] == "true"
     epochs = {m.step for m in client.get_metric_history(after[1].info.run_id, "train_loss")}
     assert epochs == {0, 1, 2, 3}
+
+
+def test_a_sweep_over_adaptive_widths_and_memory_budgets(data, tmp_path):
+    """`bits: auto` and `memory_budget` as axes: each trial trains within its own budget."""
+    command = sweep_command(
+        tmp_path, data, "--model", "kgin", "--bits", "auto", "--memory-budget", "550kB,1GB",
+        "--seed", "0", "--epochs", "1",
+    )  # fmt: skip
+    done = run_sweep_cli(command)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "2 trial(s): 2 finished" in done.stdout
+    state = json.loads((tmp_path / "sweeps" / "tiny" / "sweep.json").read_text())
+    client = client_for(state["tracking_uri"])
+    runs = child_runs(client, state["experiment_id"], state["parent_run_id"])
+    budgets = {run.data.params["memory_budget"]: run for run in runs}
+    assert set(budgets) == {"550kB", "1GB"}
+    for run in budgets.values():
+        assert run.data.params["bits"] == "auto"
+        assert any(key.startswith("bits_chosen.cf.epoch0.") for key in run.data.params)
+    tight, loose = (budgets[b].data.metrics["activation_bytes"] for b in ("550kB", "1GB"))
+    assert tight < loose  # the tight budget chose narrower widths
+    table = (tmp_path / "sweeps" / "tiny" / "summary.txt").read_text()
+    assert "auto" in table and "550kB" in table

@@ -61,7 +61,7 @@ def test_max_epochs_follows_an_epochs_axis():
 
 
 BAD_SPECS = [
-    ({"space": {"bits": [2, 3]}}, "'bits' must be one of 1, 2, 4, 8, 32 (got 3)"),
+    ({"space": {"bits": [2, 3]}}, "'bits' must be one of 1, 2, 4, 8, 32 or auto (got 3)"),
     ({"space": {"bits": []}}, "space.bits: needs a non-empty list"),
     ({"space": {"bits": [2, 2]}}, "space.bits: the same value is listed twice"),
     ({"space": {"colour": [1, 2]}}, "space.colour: unknown setting; sweepable: model, bits"),
@@ -136,3 +136,16 @@ def test_the_shipped_configs_are_valid(repo_root, name):
 def test_cuda_with_a_reserved_gpu_is_accepted():
     spec = spec_from_mapping({"train": {"device": "cuda"}, "resources": {"gpu": 0.5}})
     assert spec.gpus_per_trial == 0.5
+
+
+def test_bits_auto_and_memory_budget_are_sweep_axes():
+    spec = spec_from_mapping(
+        {"space": {"bits": ["auto", 2, 32]}, "train": {"model": "kgat"}},
+    )
+    assert spec.axes[0].values == ("auto", 2, 32) and spec.n_trials == 3
+    budgets = spec_from_mapping(
+        {"space": {"memory_budget": ["300MB", "1GiB"]}, "train": {"bits": "auto"}}
+    )
+    assert budgets.n_trials == 2
+    with pytest.raises(ConfigError, match="'memory_budget' needs a positive size"):
+        spec_from_mapping({"space": {"memory_budget": ["lots"]}, "train": {"bits": "auto"}})

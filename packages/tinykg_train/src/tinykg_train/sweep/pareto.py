@@ -14,8 +14,27 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from tinykg_train.sweep.summary import TrialRow
 
-BIT_COLOURS = {1: "tab:red", 2: "tab:orange", 4: "tab:green", 8: "tab:blue", 32: "black"}
+WIDTH_COLOURS = {"int1": "tab:red", "int2": "tab:orange", "int4": "tab:green", "int8": "tab:blue",
+                 "fp32": "black"}  # fmt: skip
+ADAPTIVE_COLOURS = ("tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:grey")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def width_label(settings: dict[str, str]) -> str:
+    """How the chart names a trial's width: fp32, int2, ..., auto, or auto with its memory budget
+    ("auto <= 300MB") when the trial had one."""
+    from tinykg_train.config import width_name
+
+    bits = settings["bits"]
+    label = width_name(int(bits) if str(bits).isdigit() else str(bits))
+    budget = settings.get("memory_budget")
+    return f"{label} <= {budget}" if budget not in (None, "", "None") else label
+
+
+def width_order(label: str) -> tuple[int, str]:
+    """fp32, int8, int4, int2, int1, then the adaptive ones."""
+    fixed = ("fp32", "int8", "int4", "int2", "int1")
+    return (fixed.index(label), "") if label in fixed else (len(fixed), label)
 
 
 def pareto_front(memory: Sequence[float], quality: Sequence[float]) -> list[int]:
@@ -41,7 +60,8 @@ def pareto_front(memory: Sequence[float], quality: Sequence[float]) -> list[int]
 
 
 def pareto_chart(rows: Sequence[TrialRow], path: Path, title: str) -> Path | None:
-    """Activation MB vs test Recall@20: colour = bits, marker = model, the front as a dashed step line.
+    """Activation MB vs test Recall@20: colour = width (fp32, int2, auto, auto with its memory budget),
+    marker = model, the front as a dashed step line.
 
     Returns None (and writes nothing) when no trial finished with both numbers.
     """
@@ -54,9 +74,10 @@ def pareto_chart(rows: Sequence[TrialRow], path: Path, title: str) -> Path | Non
     points = [row for row in rows if row.comparable]
     if not points:
         return None
-    bits_values = sorted({int(row.settings["bits"]) for row in points})
+    widths = sorted({width_label(row.settings) for row in points}, key=width_order)
     models = sorted({row.settings["model"] for row in points})
-    colour = {b: BIT_COLOURS.get(b, "tab:purple") for b in bits_values}
+    adaptive = iter(ADAPTIVE_COLOURS * len(widths))
+    colour = {w: WIDTH_COLOURS.get(w) or next(adaptive) for w in widths}
     marker = {m: MARKERS[i % len(MARKERS)] for i, m in enumerate(models)}
 
     figure, axes = plt.subplots(figsize=(7, 4.5), dpi=120)
@@ -64,7 +85,7 @@ def pareto_chart(rows: Sequence[TrialRow], path: Path, title: str) -> Path | Non
         axes.scatter(
             row.activation_mb,
             row.recall,
-            color=colour[int(row.settings["bits"])],
+            color=colour[width_label(row.settings)],
             marker=marker[row.settings["model"]],
             s=60,
             edgecolors="black" if row.pareto else "none",
@@ -88,12 +109,7 @@ def pareto_chart(rows: Sequence[TrialRow], path: Path, title: str) -> Path | Non
     axes.set_ylabel("test Recall@20")
     axes.set_title(title)
     axes.grid(alpha=0.3)
-    handles = [
-        Line2D(
-            [], [], color=colour[b], marker="o", linestyle="", label=f"int{b}" if b < 32 else "fp32"
-        )
-        for b in bits_values
-    ]
+    handles = [Line2D([], [], color=colour[w], marker="o", linestyle="", label=w) for w in widths]
     handles += [
         Line2D([], [], color="black", marker=marker[m], linestyle="", fillstyle="none", label=m)
         for m in models
