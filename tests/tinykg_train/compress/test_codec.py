@@ -122,3 +122,21 @@ def test_an_offered_rescaled_form_serves_later_saves_of_the_tensor():
         assert compress(x, CompressionConfig(bits=8)) is not reused  # never narrower than asked
         x.add_(1.0)  # a new version: the offer no longer describes it
         assert not isinstance(compress(x, config), Rescaled)
+
+
+def test_all_zero_rows_in_a_shared_group_decode_as_exact_zeros():
+    """Rows narrower than a group share it; an all-zero row must not take its neighbour's levels
+    (KGIN's dead entities carry 1e12-scaled gradients that only exact zeros keep contained)."""
+    x = torch.randn(40, 16)  # at 2 bits a group holds 4 rows of 16, at 1 bit 8 rows
+    x[[2, 7]] = 0
+    for bits in (1, 2):
+        stored = compress(x, CompressionConfig(bits=bits))
+        assert stored.live_rows is not None
+        decoded = decompress(Compressed.rebuild(stored.meta(), stored.parts()))
+        assert torch.equal(decoded[[2, 7]], torch.zeros(2, 16))
+        assert (decoded[[0, 1, 3]] != 0).any()
+        assert stored.nbytes == stored.quantized.nbytes + 5  # 40 row bits in five bytes
+    assert compress(torch.randn(40, 16), CompressionConfig(bits=2)).live_rows is None
+    wide = torch.randn(10, 64)
+    wide[3] = 0
+    assert compress(wide, CompressionConfig(bits=2)).live_rows is None  # one group per row
