@@ -53,14 +53,14 @@ def prepare(session) -> list[str]:
     epoch = session.state.next_epoch
     for phase, batches, loss_fn in phases(session):
         batch = first_batch(batches, epoch, session.device)
-        sensitivity = precision.measure(model, loss_fn, batch)
+        probes = precision.measure(model, loss_fn, batch)
         if config.memory_budget is not None:
             budget = parse_size(config.memory_budget, "memory_budget")
-            memory = measure_phase(model, loss_fn, batch, precision.compression, sensitivity.sites)
+            memory = measure_phase(model, loss_fn, batch, precision.compression, probes.sites)
             precision.site_budgets[phase] = site_budget(
-                budget, memory, sensitivity.sites, precision.compression
+                budget, memory, probes.sites, precision.compression
             )
-            plan = precision.choose(phase, epoch, sensitivity)
+            plan = precision.choose(phase, epoch, probes)
             lines.append(
                 f"memory budget {size_text(budget)}, {phase} phase: a step at FP32 would need "
                 f"{size_text(memory.fp32_total)} (model state {size_text(memory.model_state)}, "
@@ -68,7 +68,7 @@ def prepare(session) -> list[str]:
                 f"{size_text(memory.fixed + plan.choice.bytes)}"
             )
         else:
-            precision.choose(phase, epoch, sensitivity)
+            precision.choose(phase, epoch, probes)
     lines.insert(0, precision.summary())
     return lines
 

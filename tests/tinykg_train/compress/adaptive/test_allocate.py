@@ -9,7 +9,12 @@ import pytest
 import torch
 
 from tinykg_train.compress import CompressionConfig
-from tinykg_train.compress.adaptive.allocate import allocate, predicted_error, stored_bytes
+from tinykg_train.compress.adaptive.allocate import (
+    allocate,
+    predicted_error,
+    site_error,
+    stored_bytes,
+)
 from tinykg_train.compress.adaptive.sites import Site
 from tinykg_train.compress.codec import compress
 
@@ -42,7 +47,7 @@ def sites(n: int) -> list[Site]:
 
 def test_the_average_width_budget_holds_and_the_sensitive_site_gets_the_bits():
     errors = [1e-4, 1e-1, 1e-3, 1e-5]
-    choice = allocate(sites(4), errors, 2, CONFIG, average_bits=2.5)
+    choice = allocate(sites(4), {2: errors}, CONFIG, average_bits=2.5)
     assert choice.average_bits(sites(4)) <= 2.5
     assert choice.widths[1] == max(choice.widths)
     assert choice.widths[3] == min(choice.widths)
@@ -52,12 +57,12 @@ def test_a_byte_budget_holds_and_more_budget_never_means_more_error():
     errors = [0.3, 0.02, 0.05, 0.001]
     previous = None
     for budget in (20_000, 40_000, 80_000, 200_000, 400_000):
-        choice = allocate(sites(4), errors, 2, CONFIG, budget_bytes=budget)
+        choice = allocate(sites(4), {2: errors}, CONFIG, budget_bytes=budget)
         assert choice.bytes <= budget
         if previous is not None:
             assert choice.predicted_error <= previous
         previous = choice.predicted_error
-    assert allocate(sites(4), errors, 2, CONFIG, budget_bytes=10**9).widths == (32,) * 4
+    assert allocate(sites(4), {2: errors}, CONFIG, budget_bytes=10**9).widths == (32,) * 4
 
 
 def test_the_greedy_choice_is_close_to_the_best_on_small_cases():
@@ -65,7 +70,7 @@ def test_the_greedy_choice_is_close_to_the_best_on_small_cases():
     for _ in range(20):
         errors = (10 ** (-4 * torch.rand(4, generator=rng))).tolist()
         budget = 2.0 + 2 * float(torch.rand((), generator=rng))
-        choice = allocate(sites(4), errors, 2, CONFIG, average_bits=budget, widths=(1, 2, 4, 8))
+        choice = allocate(sites(4), {2: errors}, CONFIG, average_bits=budget, widths=(1, 2, 4, 8))
         best = min(
             sum(predicted_error(e, 2, b) for e, b in zip(errors, widths, strict=True))
             for widths in itertools.product((1, 2, 4, 8), repeat=4)
@@ -76,6 +81,24 @@ def test_the_greedy_choice_is_close_to_the_best_on_small_cases():
 
 def test_a_budget_below_the_narrowest_widths_is_refused():
     with pytest.raises(ValueError, match="narrowest"):
-        allocate(sites(2), [0.1, 0.1], 2, CONFIG, budget_bytes=100)
+        allocate(sites(2), {2: [0.1, 0.1]}, CONFIG, budget_bytes=100)
     with pytest.raises(ValueError, match="narrowest"):
-        allocate(sites(2), [0.1, 0.1], 2, CONFIG, average_bits=0.5)
+        allocate(sites(2), {2: [0.1, 0.1]}, CONFIG, average_bits=0.5)
+
+
+def test_measured_widths_are_used_as_measured_and_wider_ones_follow_the_law():
+    measured = {1: 50.0, 2: 1.0}  # 1 bit far worse than the law's 9x, as measured on KGIN
+    assert site_error(measured, 1) == 50.0 and site_error(measured, 2) == 1.0
+    assert site_error(measured, 4) == pytest.approx((3 / 15) ** 2)
+    assert site_error(measured, 32) == 0.0
+    assert site_error({2: 1.0}, 1) == pytest.approx(9.0)
+
+
+def test_a_site_that_breaks_at_one_bit_is_kept_wider():
+    sites_ = sites(2)
+    law_only = allocate(sites_, {2: [1.0, 1.0]}, CONFIG, average_bits=1.5, widths=(1, 2))
+    measured = allocate(
+        sites_, {1: [1e6, 9.0], 2: [1.0, 1.0]}, CONFIG, average_bits=1.5, widths=(1, 2)
+    )
+    assert sorted(law_only.widths) == [1, 2]
+    assert measured.widths == (2, 1)

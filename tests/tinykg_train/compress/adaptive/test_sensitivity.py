@@ -3,6 +3,8 @@ as its width shrinks, and measuring leaves the run's random stream untouched."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from tinykg_train.compress import CompressionConfig
@@ -57,3 +59,16 @@ def test_measuring_draws_nothing_from_the_runs_random_stream(tiny_dataset, make_
     measure(model, model.loss, batch, model.compression)
     torch.testing.assert_close(torch.rand(3), expected)
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_over_many_draws_the_mean_gradient_is_close_unbiased_rounding(tiny_dataset, make_config):
+    """Stochastic rounding is unbiased: the draws' mean gradient errs about error / draws."""
+    model, batch = model_and_batch(tiny_dataset, make_config, dropout=0.0)
+    sensitivity = measure(model, model.loss, batch, model.compression, probe_bits=1, draws=16)
+    for error, bias in zip(sensitivity.errors, sensitivity.bias, strict=True):
+        assert bias < 0.25 * error  # 1/16 expected
+    nearest = dataclasses.replace(model.compression, stochastic=False)  # the control: biased
+    model.set_compression(nearest)
+    sensitivity = measure(model, model.loss, batch, nearest, probe_bits=1, draws=16)
+    for error, bias in zip(sensitivity.errors, sensitivity.bias, strict=True):
+        assert bias > 0.9 * error

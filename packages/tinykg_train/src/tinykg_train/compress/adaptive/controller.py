@@ -20,9 +20,23 @@ from typing import Any
 import torch
 
 from tinykg_train.compress.adaptive.allocate import Choice, allocate, stored_bytes
-from tinykg_train.compress.adaptive.sensitivity import PROBE_BITS, Sensitivity, measure
+from tinykg_train.compress.adaptive.sensitivity import measure
 from tinykg_train.compress.adaptive.sites import Site, WidthPlan, applying
 from tinykg_train.compress.config import CompressionConfig
+
+# Widths measured per site (1 bit departs from the rounding-variance law; wider ones follow it from
+# 2 bits, see `allocate`).
+PROBE_WIDTHS = (1, 2)
+
+
+@dataclass(frozen=True)
+class Probes:
+    """A phase's sites and each site's measured gradient error at the probe widths; `held_bytes`:
+    what its step held for backward with every site exact."""
+
+    sites: tuple[Site, ...]
+    errors: dict[int, tuple[float, ...]]
+    held_bytes: int
 
 
 @dataclass(frozen=True)
@@ -30,12 +44,12 @@ class PhasePlan:
     """A phase's measured sites and the widths chosen for them at `epoch`."""
 
     epoch: int
-    sensitivity: Sensitivity
+    probes: Probes
     choice: Choice
 
     @property
     def sites(self) -> tuple[Site, ...]:
-        return self.sensitivity.sites
+        return self.probes.sites
 
     def by_module(self) -> dict[str, list[int]]:
         """Module name -> the widths of the sites it saves, in order ("" = the model itself)."""
@@ -50,8 +64,7 @@ class PhasePlan:
             "average_bits": round(self.choice.average_bits(self.sites), 4),
             "bytes": self.choice.bytes,
             "predicted_error": self.choice.predicted_error,
-            "probe_bits": self.sensitivity.probe_bits,
-            "held_bytes_exact": self.sensitivity.held_bytes,
+            "held_bytes_exact": self.probes.held_bytes,
             "sites": [
                 {
                     "site": site.index,
@@ -60,11 +73,10 @@ class PhasePlan:
                     "requested_bits": site.requested_bits,
                     "bits": bits,
                     "bytes": stored_bytes(site, bits, config),
-                    "sensitivity": error,
+                    # measured gradient error by probe width (JSON keys are strings)
+                    "sensitivity": {str(b): e[site.index] for b, e in self.probes.errors.items()},
                 }
-                for site, bits, error in zip(
-                    self.sites, self.choice.widths, self.sensitivity.errors, strict=True
-                )
+                for site, bits in zip(self.sites, self.choice.widths, strict=True)
             ],
         }
 
@@ -74,11 +86,15 @@ class PhasePlan:
             Site(s["site"], tuple(s["shape"]), s["requested_bits"], s["module"])
             for s in values["sites"]
         )
-        errors = tuple(float(s["sensitivity"]) for s in values["sites"])
-        sensitivity = Sensitivity(sites, errors, values["probe_bits"], values["held_bytes_exact"])
+        widths_measured = sorted(int(b) for b in values["sites"][0]["sensitivity"]) if sites else []
+        errors = {
+            b: tuple(float(s["sensitivity"][str(b)]) for s in values["sites"])
+            for b in widths_measured
+        }
+        probes = Probes(sites, errors, values["held_bytes_exact"])
         widths = tuple(int(s["bits"]) for s in values["sites"])
         choice = Choice(widths, values["bytes"], values["predicted_error"])
-        return cls(values["epoch"], sensitivity, choice)
+        return cls(values["epoch"], probes, choice)
 
 
 class AdaptivePrecision:
@@ -90,12 +106,12 @@ class AdaptivePrecision:
         *,
         average_bits: float,
         adapt_every: int,
-        probe_bits: int = PROBE_BITS,
+        probe_widths: tuple[int, ...] = PROBE_WIDTHS,
     ) -> None:
         self.compression = compression
         self.average_bits = float(average_bits)
         self.adapt_every = int(adapt_every)
-        self.probe_bits = probe_bits
+        self.probe_widths = probe_widths
         self.site_budgets: dict[str, int] = {}  # phase -> bytes its sites may hold (memory budget)
         self.plans: dict[str, PhasePlan] = {}
         self.seconds = 0.0
@@ -109,27 +125,31 @@ class AdaptivePrecision:
 
     def measure(
         self, model: torch.nn.Module, loss_fn: Callable[..., torch.Tensor], batch: Sequence
-    ) -> Sensitivity:
-        """The sites' sensitivities on `batch`; the seconds spent add to `seconds`."""
+    ) -> Probes:
+        """The sites' errors on `batch` at each probe width; the seconds spent add to `seconds`."""
         start = time.perf_counter()
         try:
-            return measure(model, loss_fn, batch, self.compression, probe_bits=self.probe_bits)
+            measured = {
+                b: measure(model, loss_fn, batch, self.compression, probe_bits=b)
+                for b in self.probe_widths
+            }
         finally:
             self.seconds += time.perf_counter() - start
+        first = measured[self.probe_widths[0]]
+        return Probes(first.sites, {b: m.errors for b, m in measured.items()}, first.held_bytes)
 
-    def choose(self, phase: str, epoch: int, sensitivity: Sensitivity) -> PhasePlan:
-        """The widths for `phase` from `sensitivity`, within the phase's byte budget when it has one
+    def choose(self, phase: str, epoch: int, probes: Probes) -> PhasePlan:
+        """The widths for `phase` from `probes`, within the phase's byte budget when it has one
         (a memory budget), else within `average_bits`."""
         budget = self.site_budgets.get(phase)
         choice = allocate(
-            sensitivity.sites,
-            sensitivity.errors,
-            sensitivity.probe_bits,
+            probes.sites,
+            probes.errors,
             self.compression,
             average_bits=None if budget is not None else self.average_bits,
             budget_bytes=budget,
         )
-        plan = PhasePlan(epoch, sensitivity, choice)
+        plan = PhasePlan(epoch, probes, choice)
         self.plans[phase] = plan
         return plan
 

@@ -27,12 +27,16 @@ PROBE_BITS = 2
 @dataclass(frozen=True)
 class Sensitivity:
     """The sites of one phase's step and the relative squared gradient error of each at the probe
-    width; `held_bytes` is what the exact pass held for backward (sites exact)."""
+    width (mean over the draws of the rounding noise); `bias`: the relative squared error of the
+    draws' mean gradient (with `draws` > 1; near error / draws for unbiased rounding, near error
+    for a biased one); `held_bytes` is what the exact pass held for backward (sites exact)."""
 
     sites: tuple[Site, ...]
     errors: tuple[float, ...]
     probe_bits: int
     held_bytes: int
+    bias: tuple[float, ...] | None = None
+    draws: int = 1
 
 
 def gradient(model: torch.nn.Module) -> torch.Tensor:
@@ -53,18 +57,20 @@ def measure(
     *,
     probe_bits: int = PROBE_BITS,
     seed: int = 0,
+    draws: int = 1,
 ) -> Sensitivity:
-    """Sensitivities of the sites of `loss_fn(*batch)` (the model's training mode as it is)."""
+    """Sensitivities of the sites of `loss_fn(*batch)` (the model's training mode as it is), over
+    `draws` draws of each site's rounding noise."""
     device = next(model.parameters()).device
     devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         start = torch.get_rng_state(), (torch.cuda.get_rng_state(device) if devices else None)
 
-        def run_pass(plan: WidthPlan | None, meter=None, **kwargs) -> torch.Tensor:
+        def run_pass(plan: WidthPlan | None, meter=None, draw=0, **kwargs) -> torch.Tensor:
             torch.set_rng_state(start[0])
             if devices:
                 torch.cuda.set_rng_state(start[1], device)
-            noise = torch.Generator().manual_seed(seed)
+            noise = torch.Generator().manual_seed(seed * 1_000_003 + draw)
             model.zero_grad(set_to_none=True)
             with compress_saved_tensors(compression), applying(plan, noise=noise, **kwargs):
                 with meter if meter is not None else contextlib.nullcontext():
@@ -79,10 +85,16 @@ def measure(
         )
         held = meter.total_bytes
         scale = float(exact.pow(2).sum()) or 1.0
-        errors = []
+        errors, biases = [], []
         base = WidthPlan.exact(len(sites))
         for site in sites:
-            perturbed = run_pass(base.with_width(site.index, probe_bits))
-            errors.append(float((perturbed - exact).pow(2).sum()) / scale)
+            plan, total, squared = base.with_width(site.index, probe_bits), 0.0, 0.0
+            for draw in range(draws):
+                perturbed = run_pass(plan, draw=draw)
+                squared += float((perturbed - exact).pow(2).sum()) / scale
+                total = perturbed + total
+            errors.append(squared / draws)
+            biases.append(float((total / draws - exact).pow(2).sum()) / scale)
     model.zero_grad(set_to_none=True)
-    return Sensitivity(tuple(sites), tuple(errors), probe_bits, int(held))
+    bias = tuple(biases) if draws > 1 else None
+    return Sensitivity(tuple(sites), tuple(errors), probe_bits, int(held), bias, draws)
