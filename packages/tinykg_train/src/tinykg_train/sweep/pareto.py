@@ -7,15 +7,29 @@ other, so all copies of a front point stay on it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from tinykg_train.sweep.summary import TrialRow
+from tinykg_train.compression_defaults import width_label
 
 BIT_COLOURS = {1: "tab:red", 2: "tab:orange", 4: "tab:green", 8: "tab:blue", 32: "black"}
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+class ChartPoint(Protocol):
+    """What the chart reads of a trial (`summary.TrialRow` has it; this module imports no summary,
+    which imports `pareto_front` from here)."""
+
+    settings: Mapping[str, str]
+    recall: float | None
+    pareto: bool
+
+    @property
+    def activation_mb(self) -> float | None: ...
+
+    @property
+    def comparable(self) -> bool: ...
 
 
 def pareto_front(memory: Sequence[float], quality: Sequence[float]) -> list[int]:
@@ -40,7 +54,7 @@ def pareto_front(memory: Sequence[float], quality: Sequence[float]) -> list[int]
     return front
 
 
-def pareto_chart(rows: Sequence[TrialRow], path: Path, title: str) -> Path | None:
+def pareto_chart(rows: Sequence[ChartPoint], path: Path, title: str) -> Path | None:
     """Activation MB vs test Recall@20: colour = bits, marker = model, the front as a dashed step line.
 
     Returns None (and writes nothing) when no trial finished with both numbers.
@@ -89,9 +103,7 @@ def pareto_chart(rows: Sequence[TrialRow], path: Path, title: str) -> Path | Non
     axes.set_title(title)
     axes.grid(alpha=0.3)
     handles = [
-        Line2D(
-            [], [], color=colour[b], marker="o", linestyle="", label=f"int{b}" if b < 32 else "fp32"
-        )
+        Line2D([], [], color=colour[b], marker="o", linestyle="", label=width_label(b))
         for b in bits_values
     ]
     handles += [
