@@ -63,7 +63,7 @@ def run_phase(
         batch = [tensor.to(session.device, non_blocking=True) for tensor in batch]
         optimizer.zero_grad(set_to_none=True)
         compressing = (
-            compress_saved_tensors(session.compression)
+            compress_saved_tensors(session.compression, model)
             if config.compressed
             else contextlib.nullcontext()
         )  # a fresh context per step: context managers are not reusable

@@ -32,7 +32,9 @@ from tinykg_train.training_state import TrainingState
 ModelBuilder = Callable[[str, Any, TrainConfig], Any]
 
 # Settings a resumed run may change without invalidating the checkpoint.
-RESUMABLE_CHANGES = frozenset({"resume", "epochs", "device", "out", "data", "eval_batch_users"})
+RESUMABLE_CHANGES = frozenset(
+    {"resume", "epochs", "device", "out", "data", "eval_batch_users", "threads"}
+)
 
 
 @dataclass
@@ -48,9 +50,18 @@ class Session:
     cf_batches: Any
     kg_batches: Any | None
     evaluator: RankingEvaluator
-    compression: Any
     state: TrainingState
     resumed_at: int | None = None
+    # for a model of your own that holds no CompressionConfig (see `compression`)
+    fallback_compression: Any = None
+
+    @property
+    def compression(self):
+        """The run's `CompressionConfig` for the saved-tensor hooks: the model's own object
+        (`model.compression`, the Recommender contract), so hooks and model cannot drift apart and
+        both follow `model.set_compression`. A model of your own without one gets the config's."""
+        own = getattr(self.model, "compression", None)
+        return self.fallback_compression if own is None else own
 
 
 def evaluation_ks(config: TrainConfig) -> tuple[int, ...]:
@@ -121,8 +132,10 @@ def open_session(
         if model.has_kg_phase
         else None,
         evaluator=RankingEvaluator(dataset, evaluation_ks(config), config.eval_batch_users, device),
-        compression=config.compression_config(),
         state=TrainingState(),
+        fallback_compression=None
+        if getattr(model, "compression", None) is not None
+        else config.compression_config(),
     )
     if checkpoint is not None:
         restore(session, checkpoint)
