@@ -21,6 +21,7 @@ from tinykg_train.compress import CompressionConfig, ops
 from tinykg_train.compress.modules import CompressedModule
 from tinykg_train.compress.modules import set_compression as set_compression_in
 from tinykg_train.errors import TinyKGError
+from tinykg_train.model_defaults import knob
 from tinykg_train.models.losses import bpr_loss, l2_penalty
 
 
@@ -34,7 +35,8 @@ class Recommender(CompressedModule):
 
     #: Whether the trainer runs a second (KG) phase each epoch with `kg_loss`.
     has_kg_phase: bool = False
-    #: Model-specific knobs read from `config.extra`, with their defaults.
+    #: Model-specific knobs read from `config.extra`, with their defaults (the built-in models take
+    #: theirs from `tinykg_train.model_defaults.KNOBS`, which also has their types).
     EXTRA_DEFAULTS: dict[str, Any] = {}
 
     def __init__(self, dataset, config) -> None:
@@ -50,8 +52,13 @@ class Recommender(CompressedModule):
 
     @classmethod
     def read_extra(cls, extra: dict[str, Any]) -> dict[str, Any]:
-        """This model's knobs: `EXTRA_DEFAULTS` updated by the known keys of `config.extra`."""
-        return {**cls.EXTRA_DEFAULTS, **{k: v for k, v in extra.items() if k in cls.EXTRA_DEFAULTS}}
+        """This model's knobs: `EXTRA_DEFAULTS` updated by its keys of `config.extra`, each in its
+        knob's type (a `TrainConfig` has coerced them already; other configs get the same checks)."""
+        own = {k: v for k, v in extra.items() if k in cls.EXTRA_DEFAULTS}
+        return {
+            **cls.EXTRA_DEFAULTS,
+            **{k: v if knob(k) is None else knob(k).coerce(k, v) for k, v in own.items()},
+        }
 
     def set_compression(
         self, compression: CompressionConfig, module: nn.Module | None = None
