@@ -27,6 +27,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Protocol
 
+from tinykg_train.compression_defaults import width_label
 from tinykg_train.errors import TinyKGError
 from tinykg_train.run_dir import RunDir, write_json_atomic
 
@@ -221,7 +222,8 @@ class MlflowTracker:
             self.experiment_id = experiment_id
             run = self.client.create_run(
                 experiment_id,
-                run_name=self.run_name or f"{config.model}-int{config.bits}-seed{config.seed}",
+                run_name=self.run_name
+                or f"{config.model}-{width_label(config.bits)}-seed{config.seed}",
                 tags=self._run_tags(config, device_label),
             )
             self.run_id = run.info.run_id
