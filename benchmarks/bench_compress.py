@@ -36,6 +36,7 @@ from tinykg_train.compress import (
     ops,
 )
 from tinykg_train.compress import modules as cm
+from tinykg_train.compression_defaults import width_label
 
 SECTION = "compress"
 BITS = (32, 8, 4, 2, 1)
@@ -217,11 +218,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         meter = measure_bytes(model, batch)
         draws = [embedding_gradient(model, batch) for _ in range(1 if bits == 32 else args.draws)]
         results[bits] = {"meter": meter, "grad": draws[0], "mean": torch.stack(draws).mean(0)}
-        print(f"int{bits}: {meter.total_bytes / 2**20:.2f} MiB", flush=True)
+        print(f"{width_label(bits)}: {meter.total_bytes / 2**20:.2f} MiB", flush=True)
     models = {bits: build_model(batch, args.dims, CompressionConfig(bits=bits)) for bits in (32, 2)}
     for bits, seconds in interleaved_step_seconds(models, batch, args.repeats).items():
         results[bits]["seconds"] = seconds
-        print(f"int{bits}: {seconds * 1e3:.0f} ms/step", flush=True)
+        print(f"{width_label(bits)}: {seconds * 1e3:.0f} ms/step", flush=True)
 
     fp32, exact = results[32]["meter"].total_bytes, results[32]["grad"]
     rows = []

@@ -37,6 +37,7 @@ from benchmarks._datasets import DatasetUnavailable, resolve_dataset
 from benchmarks._report import REPO_ROOT, markdown_table, publish_section, width_label
 from tinykg_train.allocator import CHOICES as ALLOCATORS
 from tinykg_train.allocator import ENV_VAR as ALLOCATOR_ENV
+from tinykg_train.compression_defaults import BITS
 from tinykg_train.config import MODELS
 
 SECTIONS = {  # by --allocator
@@ -239,9 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--dataset", default="music-kgcn", help="a ../shared/data name or a dir")
     parser.add_argument("--models", type=comma_list(choices=MODELS), default=["kgat", "kgin"])
-    parser.add_argument(
-        "--bits", type=int, choices=(1, 2, 4, 8, 32), default=2, help="timed against FP32"
-    )
+    parser.add_argument("--bits", type=int, choices=BITS, default=2, help="timed against FP32")
     parser.add_argument("--warmup", type=int, default=2, help="untimed epochs first (compiles)")
     parser.add_argument("--rounds", type=int, default=10, help="timed epochs per width")
     parser.add_argument(

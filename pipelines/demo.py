@@ -62,6 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="default auto: the GPU when torch sees one",
     )
     parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="torch CPU threads (default: the CPUs this process may use, as pipelines.train)",
+    )
+    parser.add_argument(
         "--max-batches-per-epoch", type=int, default=None, metavar="N", help=argparse.SUPPRESS
     )
     parser.add_argument(
@@ -79,16 +86,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_bits(text: str) -> list[int]:
-    from tinykg_train.config import BITS
+    from tinykg_train.compression_defaults import BITS
     from tinykg_train.errors import ConfigError
 
+    problem = ConfigError(f"--bits needs a comma list of {', '.join(map(str, BITS))} (got {text!r})")
     try:
         bits = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise ConfigError(f"--bits needs a comma list of 1, 2, 4, 8, 32 (got {text!r})") from None
-    bad = [b for b in bits if b not in BITS]
-    if not bits or bad:
-        raise ConfigError(f"--bits needs a comma list of 1, 2, 4, 8, 32 (got {text!r})")
+        raise problem from None
+    if not bits or any(b not in BITS for b in bits):
+        raise problem
     return bits
 
 
@@ -134,6 +141,7 @@ def make_dataset(out: Path, users: int, seed: int) -> Path:
 
 def train_runs(args: argparse.Namespace, data: Path, out: Path, bits: list[int]) -> list[dict]:
     """KGAT once per bit width, same seed, each logged to MLflow."""
+    from tinykg_train.compression_defaults import width_label
     from tinykg_train.config import TrainConfig
     from tinykg_train.tracking import MlflowTracker
     from tinykg_train.trainer import train
@@ -147,8 +155,9 @@ def train_runs(args: argparse.Namespace, data: Path, out: Path, bits: list[int])
             epochs=args.epochs,
             seed=args.seed,
             device=args.device,
-            out=str(out / "runs" / f"kgat-int{b}"),
+            out=str(out / "runs" / f"kgat-{width_label(b)}"),
             max_batches_per_epoch=args.max_batches_per_epoch,
+            threads=args.threads,
             patience=args.epochs,
         )
         tracker = MlflowTracker(
@@ -189,14 +198,18 @@ def comparison_table(results: list[dict[str, Any]]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from tinykg_train.errors import ConfigError
+    from tinykg_train.threads import apply_threads
 
     bits = parse_bits(args.bits)
+    if args.threads is not None and args.threads < 1:
+        raise ConfigError(f"--threads needs to be a positive integer (got {args.threads})")
     if args.users < 50:
         raise ConfigError(f"--users needs to be at least 50 (got {args.users})")
     if args.epochs < 1:
         raise ConfigError(f"--epochs needs to be a positive integer (got {args.epochs})")
     out = Path(args.out)
     prepare_out(out, args.overwrite)
+    print(f"torch threads: {apply_threads(args.threads)}")  # also for the data steps
     data = make_dataset(out, args.users, args.seed)
     results = train_runs(args, data, out, bits)
     print("\nKGAT on the synthetic dataset (test split, best valid epoch):")

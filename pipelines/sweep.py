@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from pipelines._cli import run_cli
+from tinykg_train.compression_defaults import BITS
 
 AXIS_FLAGS = ("model", "bits", "memory_budget", "lr", "seed", "embed_dim", "n_layers")
 
@@ -74,7 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
             f"--{name.replace('_', '-')}",
             dest=name,
             metavar="V[,V...]",
-            help=f"{name}: one value or a comma list (grid)",
+            help=f"{name}: one value or a comma list (grid)"
+            + (
+                f"; widths {', '.join(map(str, BITS))} (32 = uncompressed)"
+                if name == "bits"
+                else ""
+            ),
         )
     for flag, _, kind, metavar, text in SPEC_FLAGS:
         group.add_argument(flag, type=kind, metavar=metavar, help=text)

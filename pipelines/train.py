@@ -2,8 +2,9 @@
 
 Trains one KG recommender with activations compressed to `--bits` for backward (32 = none), writes
 RUN_DIR/metrics.json and a checkpoint per epoch, and logs the run to MLflow. Settings come from the
-defaults, then `--config FILE.yaml`, then the command line; with `--resume` the run dir's own
-config.yaml comes first. Bad input prints one line and exits with status 2.
+defaults, then the model's own defaults (`--model`; tinykg_train.model_defaults), then
+`--config FILE.yaml`, then the command line; with `--resume` the run dir's own config.yaml comes
+before `--config`. Bad input prints one line and exits with status 2.
 """
 
 from __future__ import annotations
@@ -14,27 +15,32 @@ from collections.abc import Sequence
 from typing import Any
 
 from pipelines._cli import run_cli
+from tinykg_train.compression_defaults import BITS, width_label
+
+WIDTHS = ", ".join(map(str, BITS))
 
 # (flag, TrainConfig field, metavar, help). Values are parsed by TrainConfig, so a wrong one is a
-# one-line error naming the setting.
+# one-line error naming the setting. The "(default: ...)" of each help is added from the code's
+# defaults (TrainConfig, compression_defaults, model_defaults), never written here.
 SETTINGS: dict[str, list[tuple[str, str, str, str]]] = {
     "run": [
         ("--data", "data", "DIR", "dataset dir written by `python -m pipelines.ingest`"),
         ("--out", "out", "RUN_DIR", "run dir for metrics.json, checkpoint.pt, config.yaml"),
-        ("--model", "model", "NAME", "kgat, kgin, kgcn, lightgcn or bprmf"),
+        ("--model", "model", "NAME", "kgat, kgin, kgcn, lightgcn or bprmf; brings that model's own defaults"),
         ("--epochs", "epochs", "N", "epochs to train, at most"),
         ("--seed", "seed", "S", "seed of weights, batches, negatives and noise"),
         ("--device", "device", "auto|cpu|cuda", "auto = the GPU when torch sees one"),
+        ("--threads", "threads", "N", "torch CPU threads"),
     ],
     "compression": [
-        ("--bits", "bits", "B", "bits per saved activation: 1, 2, 4, 8, 32 = uncompressed, or auto = chosen per saved tensor from its measured gradient sensitivity"),
+        ("--bits", "bits", "B", f"bits per saved activation: {WIDTHS} (32 = uncompressed), or auto = chosen per saved tensor from its measured gradient sensitivity"),
         ("--auto-bits", "auto_bits", "B", "--bits auto: the average width it aims at"),
         ("--adapt-every", "adapt_every", "N", "--bits auto: measure the sensitivities again every N epochs (0 = once)"),
         ("--memory-budget", "memory_budget", "SIZE", "--bits auto: the widths whose training step fits SIZE (e.g. 300MB, 1.5GiB: model state, activations held, temporaries); says what it chose and what FP32 would need"),
         ("--group-size", "group_size", "G", "elements per quantization group"),
-        ("--scheme", "scheme", "NAME", "quantization levels: auto (default: normal at 2 bits, else uniform), uniform or normal"),
-        ("--score-bits", "score_bits", "B", "least bits of the final embeddings the BPR scores read (default 8; 32 = exact)"),
-        ("--normalize-bits", "normalize_bits", "B", "least bits of the outputs L2 normalizations save (default 4; 32 = exact)"),
+        ("--scheme", "scheme", "NAME", "quantization levels: auto (normal at 2 bits, else uniform), uniform or normal"),
+        ("--score-bits", "score_bits", "B", f"least bits of the final embeddings the BPR scores read: {WIDTHS} (32 = exact)"),
+        ("--normalize-bits", "normalize_bits", "B", f"least bits of the outputs L2 normalizations save: {WIDTHS} (32 = exact)"),
     ],
     "optimization": [
         ("--lr", "lr", "LR", "Adam learning rate"),
@@ -59,18 +65,42 @@ SETTINGS: dict[str, list[tuple[str, str, str, str]]] = {
 }  # fmt: skip
 
 
-def show_default(field: str, defaults: dict[str, Any]) -> str:
-    """A TrainConfig default as --help shows it."""
-    value = defaults[field]
+def show_value(field: str, value: Any) -> str:
+    """A setting's value as --help shows it."""
     if value is None:
-        return {"group_size": "one group per row", "max_batches_per_epoch": "all"}.get(
-            field, "none"
-        )
-    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+        return {
+            "group_size": "one group per row",
+            "max_batches_per_epoch": "all",
+            "threads": "the CPUs this process may use",
+        }.get(field, "none")
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def show_default(field: str, defaults: dict[str, Any]) -> str:
+    """The default --help shows: TrainConfig's, or each model's where the models' own differ."""
+    from tinykg_train.model_defaults import MODEL_DEFAULTS, MODEL_FIELDS
+
+    per_model = {m: values[field] for m, values in MODEL_DEFAULTS.items() if field in values}
+    if field in MODEL_FIELDS and len(set(per_model.values())) > 1:
+        return "per model: " + ", ".join(f"{m} {show_value(field, v)}" for m, v in per_model.items())
+    return show_value(field, defaults[field])
+
+
+def describe_knobs(model: str) -> str:
+    """ "kgin: independence=distance, ..." for the epilog ("" for a model without knobs)."""
+    from tinykg_train.model_defaults import KNOBS
+
+    knobs = ", ".join(
+        f"{key}={'null' if knob.default is None else knob.default}"
+        for key, knob in KNOBS[model].items()
+    )
+    return f"{model}: {knobs}" if knobs else ""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from tinykg_train.config import TrainConfig
+    from tinykg_train.config import MODELS, TrainConfig
 
     parser = argparse.ArgumentParser(
         prog="python -m pipelines.train",
@@ -80,8 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
             "seconds), a checkpoint after every epoch, and an MLflow run."
         ),
         epilog=(
-            "Settings: defaults < --config FILE.yaml < command line (with --resume, the run dir's "
-            "config.yaml first). Example: python -m pipelines.train --data data/lfm1m --model kgat "
+            "Settings: defaults < the model's own defaults (--model X brings X's settings, shown "
+            "'per model' above) < --config FILE.yaml < command line (with --resume, the run dir's "
+            "config.yaml before --config). Model-specific settings for --set, with their defaults: "
+            + "; ".join(describe_knobs(m) for m in MODELS if describe_knobs(m))
+            + ". Example: python -m pipelines.train --data data/lfm1m --model kgat "
             "--bits 2 --epochs 10 --seed 0 --out runs/kgat-int2"
         ),
     )
@@ -111,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="KEY=VALUE",
         default=[],
-        help="a model-specific setting for `extra` (repeatable; VALUE read as YAML)",
+        help="a model-specific setting for `extra` (repeatable; VALUE read as YAML; see below)",
     )
     group = parser.add_argument_group("tracking")
     group.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
@@ -124,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--experiment", default="tinykg", metavar="NAME", help="MLflow experiment (default tinykg)"
     )
     group.add_argument(
-        "--run-name", metavar="NAME", help="MLflow run name (default MODEL-intBITS-seedS)"
+        "--run-name", metavar="NAME", help="MLflow run name (default MODEL-WIDTH-seedS, WIDTH fp32 or intB)"
     )
     return parser
 
@@ -148,7 +181,8 @@ def parse_extra(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def load_config(args: argparse.Namespace):
-    """The run's TrainConfig: defaults < saved config.yaml (--resume) < --config < flags."""
+    """The run's TrainConfig: defaults < the model's defaults < saved config.yaml (--resume) <
+    --config < flags (`extra` merged key by key)."""
     from tinykg_train.config import TrainConfig, read_yaml_mapping
     from tinykg_train.run_dir import RunDir
 
@@ -157,20 +191,18 @@ def load_config(args: argparse.Namespace):
         for field, value in vars(args).items()
         if field in TrainConfig.field_names() and field != "extra"
     }
-    values: dict[str, Any] = {}
+    layers: list[dict[str, Any]] = []
     if flags.get("resume"):
         saved = RunDir(flags.get("out") or TrainConfig.out).config
         if saved.is_file():
-            values.update(read_yaml_mapping(saved))
+            layers.append(read_yaml_mapping(saved))
     source = "command line"
     if args.config:
-        values.update(read_yaml_mapping(args.config))
+        layers.append(read_yaml_mapping(args.config))
         source = args.config
-    values.update(flags)
     extra = parse_extra(args.extra)
-    if extra:
-        values["extra"] = {**(values.get("extra") or {}), **extra}
-    return TrainConfig.from_dict(values, source=source)
+    layers.append({**flags, **({"extra": extra} if extra else {})})
+    return TrainConfig.layered(*layers, source=source)
 
 
 def make_tracker(args: argparse.Namespace):
@@ -185,13 +217,13 @@ def make_tracker(args: argparse.Namespace):
 
 def result_table(result: dict[str, Any]) -> str:
     """The end-of-run summary: what was trained and how it scored on the test split."""
-    from tinykg_train.config import width_name
 
     seconds = result["epoch_seconds"]
     activation = result["activation_bytes"]
     rows: list[tuple[str, str]] = [
-        ("model", f"{result['model']} {width_name(result['bits'])} seed {result['seed']}"),
+        ("model", f"{result['model']} {width_label(result['bits'])} seed {result['seed']}"),
         ("device", result["device"]),
+        ("torch threads", str(result.get("torch_threads", "n/a"))),
         ("epochs", f"{result['epochs_trained']} (best {result['best_epoch']})"),
         *(
             (f"test {name}", f"{value:.4f}")

@@ -103,3 +103,62 @@ def test_generated_outputs_are_ignored():
     ignored = (ROOT / ".gitignore").read_text().split()
     for entry in ["mlruns/", "mlflow.db", "data/", "runs/", "ray_results/"]:
         assert entry in ignored, f".gitignore lacks {entry}"
+
+
+def _module_name(path: Path, src: Path) -> str:
+    return ".".join(path.relative_to(src).with_suffix("").parts).removesuffix(".__init__")
+
+
+def _top_level_imports(path: Path, name: str, known: set[str]) -> set[str]:
+    """The package's own modules that `path` imports at module level (also inside top-level try/if
+    blocks, `if TYPE_CHECKING:` included: a circle of type hints is still a circle), not imports
+    inside functions."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(statements) -> None:
+        for node in statements:
+            if isinstance(node, ast.If):
+                visit(node.body + node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body + node.orelse + node.finalbody)
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                    base = f"{parent}.{base}" if base else parent
+                found.add(base)
+                found.update(f"{base}.{alias.name}" for alias in node.names)
+
+    visit(ast.parse(path.read_text(), filename=str(path)).body)
+    return found & known
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_no_import_cycles_between_modules_of_a_package(package: str):
+    """Module-level imports between a package's modules form no cycle (a package's `__init__`
+    re-exports its modules, so imports of a package itself are left out)."""
+    src = ROOT / "packages" / package / "src"
+    paths = {_module_name(p, src): p for p in _modules(package)}
+    modules = {name for name, p in paths.items() if p.name != "__init__.py"}
+    graph = {
+        name: _top_level_imports(paths[name], name, set(paths)) & modules - {name}
+        for name in modules
+    }
+    cycles, state = [], {}
+
+    def walk(name: str, trail: list[str]) -> None:
+        state[name] = "open"
+        for target in sorted(graph[name]):
+            if state.get(target) == "open":
+                cycles.append(" -> ".join([*trail[trail.index(target) :], target]))
+            elif target not in state:
+                walk(target, [*trail, target])
+        state[name] = "done"
+
+    for name in sorted(modules):
+        if name not in state:
+            walk(name, [name])
+    assert not cycles, f"import cycles in {package}: {cycles}"

@@ -6,39 +6,9 @@ import itertools
 from collections import Counter
 
 import numpy as np
-import pytest
-import torch
 
 from kg_data.csr import TAKE_ALL, build_csr, sample_rows, segment_ids, segment_offsets
-
-
-def chi_square_critical(dof: int, p_value: float = 1e-4) -> float:
-    """Upper critical value of chi-square with `dof` degrees of freedom: P(X > value) = p_value.
-
-    Bisection on the survival function, the regularized upper incomplete gamma Q(dof/2, x/2). At
-    p = 1e-4 a correct sampler fails one run in 10,000 (and the seeds are fixed, so never flaky).
-    """
-    half_dof = torch.tensor(dof / 2, dtype=torch.float64)
-    low, high = 0.0, 10.0 * dof + 100.0
-    for _ in range(80):
-        mid = (low + high) / 2
-        survival = torch.special.gammaincc(
-            half_dof, torch.tensor(mid / 2, dtype=torch.float64)
-        ).item()
-        low, high = (mid, high) if survival > p_value else (low, mid)
-    return low
-
-
-def chi_square(counts: np.ndarray) -> float:
-    """Pearson's statistic of `counts` against equal expected counts."""
-    expected = counts.sum() / len(counts)
-    return float(((counts - expected) ** 2 / expected).sum())
-
-
-def test_chi_square_critical_matches_tables():
-    # Published quantiles: 0.999 of dof 19 -> 43.82; 0.9999 of dof 9 -> 33.72.
-    assert chi_square_critical(19, 1e-3) == pytest.approx(43.82, abs=0.01)
-    assert chi_square_critical(9) == pytest.approx(33.72, abs=0.01)
+from tests.chi_square import chi_square, chi_square_critical
 
 
 def test_build_csr_matches_python_reference_and_drops_duplicates():

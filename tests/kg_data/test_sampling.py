@@ -9,30 +9,12 @@ import torch
 import kg_data
 from kg_data import CKG, NeighborSampler, SampledSubgraph
 from kg_data.errors import KGDataError
+from tests.chi_square import chi_square, chi_square_critical
 
 
 @pytest.fixture(scope="module")
 def ckg(tiny_dataset_dir) -> CKG:
     return CKG.from_dataset(tiny_dataset_dir)
-
-
-def chi_square_critical(dof: int, p_value: float = 1e-4) -> float:
-    """Upper critical value of chi-square (`dof` degrees of freedom) at `p_value`, by bisection on the
-    regularized upper incomplete gamma Q(dof/2, x/2). Checked against tables in test_csr.py."""
-    half_dof = torch.tensor(dof / 2, dtype=torch.float64)
-    low, high = 0.0, 10.0 * dof + 100.0
-    for _ in range(80):
-        mid = (low + high) / 2
-        survival = torch.special.gammaincc(
-            half_dof, torch.tensor(mid / 2, dtype=torch.float64)
-        ).item()
-        low, high = (mid, high) if survival > p_value else (low, mid)
-    return low
-
-
-def chi_square(counts: np.ndarray) -> float:
-    expected = counts.sum() / len(counts)
-    return float(((counts - expected) ** 2 / expected).sum())
 
 
 def edge_set(ckg: CKG) -> set[tuple[int, int, int]]:

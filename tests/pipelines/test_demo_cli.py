@@ -84,8 +84,9 @@ def test_demo_logs_both_runs_to_mlflow(demo_run):
         assert {"test_recall_at_20", "test_ndcg_at_20", "activation_bytes"} <= set(run.data.metrics)
         assert len(client.get_metric_history(run.info.run_id, "epoch_seconds")) == 2
         assert run.info.run_id in result.stdout
-    for bits in (32, 2):
-        assert (out / "runs" / f"kgat-int{bits}" / "metrics.json").is_file()
+    for width in ("fp32", "int2"):
+        assert (out / "runs" / f"kgat-{width}" / "metrics.json").is_file()
+    assert "torch threads: " in result.stdout
     assert (out / "dataset" / "metadata.json").is_file() and (
         out / "raw" / "kg_final.txt"
     ).is_file()
@@ -116,6 +117,7 @@ def test_demo_never_deletes_a_dir_it_did_not_write(tmp_path, capsys):
         (["--bits", "two"], "--bits needs a comma list of 1, 2, 4, 8, 32 (got 'two')"),
         (["--users", "10"], "--users needs to be at least 50 (got 10)"),
         (["--epochs", "0"], "--epochs needs to be a positive integer (got 0)"),
+        (["--threads", "0"], "--threads needs to be a positive integer (got 0)"),
     ],
 )
 def test_bad_arguments_exit_2_before_writing(argv, message, tmp_path, capsys):

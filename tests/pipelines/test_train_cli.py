@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from pipelines._cli import run_cli
-from pipelines.train import main
+from pipelines.train import build_parser, load_config, main, result_table
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 QUICK = ["--model", "bprmf", "--epochs", "2", "--embed-dim", "8", "--batch-size", "256",
@@ -63,6 +64,10 @@ def bad_cases(data: Path, tmp: Path, finished: Path) -> list[tuple[str, list[str
         ("out-taken", ["--data", str(data), "--out", str(finished)], "already holds a checkpoint of an earlier run: pass --resume"),
         ("resume-changed", ["--data", str(data), "--out", str(finished), "--resume", "--lr", "0.5"], "cannot resume with changed settings (lr: 0.001 -> 0.5)"),
         ("cuda-without-gpu", ["--data", str(data), "--device", "tpu", *new], "'device' must be one of auto, cpu, cuda"),
+        ("knob-wrong-type", ["--data", str(data), "--model", "kgin", "--set", "independence_weight=heavy", *new], "'independence_weight' (in extra) needs a number >= 0 (got 'heavy')"),
+        ("knob-out-of-range", ["--data", str(data), "--set", "edge_dropout=1", *new], "'edge_dropout' (in extra) needs a number in [0, 1) (got 1)"),
+        ("knob-unknown", ["--data", str(data), "--set", "alpha=1", *new], "unknown model setting(s) alpha in 'extra'"),
+        ("threads", ["--data", str(data), "--threads", "0", *new], "'threads' needs to be a positive integer or null (got 0)"),
     ]  # fmt: skip
 
 
@@ -187,6 +192,73 @@ def test_example_configs_load_and_build(name, tiny_dataset_dir):
 
     config = TrainConfig.from_yaml(REPO_ROOT / "configs" / f"{name}.yaml", {"data": "d"})
     assert build_model(config.model, tiny_dataset_dir, config).n_items > 0
+
+
+def config_of(argv: list[str]):
+    """The TrainConfig `pipelines.train ARGV` would run."""
+    return load_config(build_parser().parse_args(argv))
+
+
+def test_model_flag_brings_the_models_defaults_without_a_config_file():
+    kgcn = config_of(["--model", "kgcn", "--data", "d"])
+    assert (kgcn.embed_dim, kgcn.n_layers, kgcn.dropout, kgcn.batch_size) == (32, 1, 0.0, 1024)
+    lightgcn = config_of(["--model", "lightgcn", "--data", "d"])
+    assert (lightgcn.l2, lightgcn.dropout, lightgcn.batch_size) == (1e-4, 0.0, 2048)
+    assert config_of(["--data", "d"]).batch_size == 1024  # kgat, the default model, brings its own
+
+
+def test_config_file_and_flags_override_the_model_defaults(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("model: kgcn\nembed_dim: 48\nextra: {independence: cosine}\n")
+    from_file = config_of(["--config", str(path), "--data", "d"])
+    assert (from_file.model, from_file.embed_dim, from_file.n_layers) == ("kgcn", 48, 1)
+    flags = config_of(
+        ["--config", str(path), "--embed-dim", "24", "--set", "independence_weight=1e-4"]
+    )
+    assert (flags.embed_dim, flags.n_layers, flags.dropout) == (24, 1, 0.0)
+    assert flags.extra == {"independence": "cosine", "independence_weight": 1e-4}  # merged, typed
+    other = config_of(["--config", str(path), "--model", "kgin"])  # the flag's model's defaults
+    assert (other.model, other.embed_dim, other.n_layers, other.n_intents) == ("kgin", 48, 3, 4)
+
+
+def test_resume_keeps_the_saved_settings_over_the_model_defaults(finished_run):
+    resumed = config_of(["--resume", "--out", str(finished_run)])
+    assert (resumed.model, resumed.embed_dim, resumed.batch_size) == ("bprmf", 8, 256)
+    assert resumed.resume and resumed.epochs == 2
+
+
+def test_help_shows_the_library_compression_defaults(capsys):
+    """Fails if `pipelines.train --help`, TrainConfig and CompressionConfig ever disagree."""
+    from tinykg_train.compress import CompressionConfig
+    from tinykg_train.compression_defaults import BITS
+    from tinykg_train.config import TrainConfig
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    library, run_config = CompressionConfig(), TrainConfig().compression_config()
+    assert library == run_config
+    widths = ", ".join(map(str, BITS))
+    for flag, field in (("--bits", "bits"), ("--scheme", "scheme"),
+                        ("--score-bits", "score_bits"), ("--normalize-bits", "normalize_bits")):  # fmt: skip
+        shown = re.search(rf"(?<!\[){flag} \S+ (.*?)\(default: ([^)]*)\)", text)
+        assert shown, flag
+        assert shown.group(2) == str(getattr(library, field)), flag
+        if field != "scheme":
+            assert widths in shown.group(0), flag
+    assert "brings that model's own defaults" in text and "--threads N" in text
+
+
+def test_the_summary_names_fp32_and_the_threads():
+    result = {
+        "model": "kgin", "bits": 32, "seed": 0, "device": "cpu", "torch_threads": 3,
+        "epochs_trained": 1, "best_epoch": 0, "recall@20": 0.1, "activation_bytes": None,
+        "epoch_seconds": [1.0], "peak_rss_bytes": 2**20,
+    }  # fmt: skip
+    table = result_table(result)
+    assert "kgin fp32 seed 0" in table and "int32" not in table
+    assert re.search(r"torch threads\s+3", table)
+    assert "kgin int2 seed 0" in result_table({**result, "bits": 2})
 
 
 AUTO = ["--model", "kgin", "--bits", "auto", "--auto-bits", "2", "--adapt-every", "2",

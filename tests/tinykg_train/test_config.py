@@ -105,7 +105,7 @@ def test_quantization_levels_default_to_auto_and_the_choices_are_checked():
 
 
 def test_score_and_normalize_bits_default_to_the_compression_defaults_and_reach_it():
-    from tinykg_train.compress.config import DEFAULT_NORMALIZE_BITS, DEFAULT_SCORE_BITS
+    from tinykg_train.compression_defaults import DEFAULT_NORMALIZE_BITS, DEFAULT_SCORE_BITS
 
     defaults = TrainConfig(model="kgat")
     assert (defaults.score_bits, defaults.normalize_bits) == (
@@ -122,3 +122,36 @@ def test_score_and_normalize_bits_default_to_the_compression_defaults_and_reach_
         TrainConfig(model="kgat", score_bits=3)
     with pytest.raises(ConfigError, match=r"'normalize_bits' must be one of 1, 2, 4, 8, 32"):
         TrainConfig(model="kgat", normalize_bits=16)
+
+
+def test_library_and_train_config_compression_defaults_are_one():
+    """`CompressionConfig()` (the library) and a run's config without compression flags agree on
+    every shared setting; at 2 bits both use normal levels (scheme auto)."""
+    from tinykg_train.compress import CompressionConfig
+
+    assert TrainConfig().compression_config() == CompressionConfig()
+    assert TrainConfig(bits=2).compression_config() == CompressionConfig(bits=2)
+    assert CompressionConfig(bits=2).levels == "normal"
+
+
+def test_every_field_has_a_type_table():
+    """A new field must be put in one table of config.py, or it would not be type-checked."""
+    from tinykg_train import config as module
+
+    tables = [
+        module.INT_FIELDS, module.OPTIONAL_INT_FIELDS, module.FLOAT_FIELDS, module.STR_FIELDS,
+        module.OPTIONAL_STR_FIELDS, module.BOOL_FIELDS, module.SPECIAL_FIELDS,
+    ]  # fmt: skip
+    for name in TrainConfig.field_names():
+        homes = sum(name in table for table in tables)
+        assert homes == 1, f"TrainConfig field {name!r} is in {homes} type tables of config.py"
+
+
+def test_threads_is_auto_or_a_positive_integer_and_a_scheme_fits_its_bits():
+    assert TrainConfig().threads is None and TrainConfig(threads="2").threads == 2
+    with pytest.raises(
+        ConfigError, match=r"'threads' needs to be a positive integer or null \(got 0\)"
+    ):
+        TrainConfig(threads=0)
+    with pytest.raises(ConfigError, match="scheme 'normal' has 2-bit levels only \\(got bits=4\\)"):
+        TrainConfig(bits=4, scheme="normal")

@@ -26,6 +26,7 @@ from tinykg_train.sweep.mlflow_runs import (
     child_runs,
     client_for,
 )
+from tinykg_train.threads import available_cpus
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = ["--config", "configs/sweep_tiny.yaml", "--model", "bprmf", "--bits", "2", "--num-cpus", "2"]
@@ -68,11 +69,13 @@ def data(tiny_dataset_dir, tmp_path) -> Path:
 
 def test_finished_stopped_and_killed_trials_each_end_right_in_mlflow(data, tmp_path):
     # one at a time, in grid order: seed 0 trains normally and reaches ASHA's first rung first;
-    # seed 1 ranks every valid item last there and is stopped; seed 2's process is killed
+    # seed 1 ranks every valid item last there and is stopped; seed 2's process is killed.
+    # Each trial reserves both CPUs, so it trains with two torch threads ($OMP_NUM_THREADS is 1).
     done = run_sweep_cli(
         sweep_command(
             tmp_path, data, "--seed", "0,1,2", "--epochs", "3", "--asha", "--max-concurrent", "1",
             "--model-builder", "tests.sweep_builders:valid_items_last_seed_1_kill_seed_2",
+            "--cpus-per-trial", "2",
         )
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -87,6 +90,10 @@ def test_finished_stopped_and_killed_trials_each_end_right_in_mlflow(data, tmp_p
     assert 0 < finished.data.metrics["test_recall_at_20"] <= 1
     assert finished.data.metrics["activation_bytes"] > 0
     assert len(client.get_metric_history(finished.info.run_id, "epoch_seconds")) == 3
+    threads = min(2, available_cpus())
+    assert finished.data.params["threads"] == str(threads)
+    trial_dir = tmp_path / "sweeps" / "tiny" / "runs" / finished.data.tags[TRIAL_TAG]
+    assert json.loads((trial_dir / "metrics.json").read_text())["torch_threads"] == threads
 
     stopped = runs[1]
     assert stopped.data.tags[STOPPED_TAG] == "asha" and ERROR_TAG not in stopped.data.tags

@@ -59,6 +59,16 @@ def test_asha_flag_turns_early_stopping_on_and_off():
     assert (switched_on.asha.grace_period, switched_on.asha.reduction_factor) == (1, 2)
 
 
+def test_set_reads_yaml_and_puts_model_knobs_into_extra():
+    values = apply_overrides(
+        {"train": {"extra": {"edge_dropout": 0.3}}},
+        settings=["independence_weight=1e-4", "max_batches_per_epoch=null", "batch_size=256"],
+    )
+    spec = spec_from_mapping(values)
+    assert spec.train["extra"] == {"edge_dropout": 0.3, "independence_weight": 1e-4}
+    assert spec.train["max_batches_per_epoch"] is None and spec.train["batch_size"] == 256
+
+
 def test_the_config_mapping_is_not_modified():
     before = repr(CONFIG)
     apply_overrides(CONFIG, axes={"bits": "2"}, settings=["lr=0.1"], top={"asha": False})
@@ -83,6 +93,15 @@ def test_the_config_mapping_is_not_modified():
             "unknown setting(s) colour",
         ),
         (lambda: apply_overrides({"space": [1]}), "space: expected a mapping"),
+        (
+            lambda: spec_from_mapping(apply_overrides({}, settings=["independence_weight=lots"])),
+            "'independence_weight' (in extra) needs a number >= 0 (got 'lots')",
+        ),
+        (
+            lambda: spec_from_mapping({"train": {"extra": {"edge_drop": 0.1}}}),
+            "unknown model setting(s) edge_drop in 'extra'",
+        ),
+        (lambda: parse_assignment("lr=[0.1"), "--set lr: '[0.1' is not a valid value"),
     ],
 )
 def test_bad_overrides_are_one_line_errors(call, message):

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from tinykg_train.sweep.pareto import pareto_chart, pareto_front, width_label
+from tinykg_train.sweep.pareto import pareto_chart, pareto_front, trial_width
 from tinykg_train.sweep.summary import TrialRow, mark_pareto
 
 
@@ -96,9 +96,9 @@ def test_no_chart_without_a_finished_trial(tmp_path):
 
 
 def test_adaptive_widths_and_memory_budgets_get_their_own_labels_on_the_chart(tmp_path):
-    assert width_label({"bits": "32"}) == "fp32" and width_label({"bits": "2"}) == "int2"
-    assert width_label({"bits": "auto", "memory_budget": "None"}) == "auto"
-    assert width_label({"bits": "auto", "memory_budget": "300MB"}) == "auto <= 300MB"
+    assert trial_width({"bits": "32"}) == "fp32" and trial_width({"bits": "2"}) == "int2"
+    assert trial_width({"bits": "auto", "memory_budget": "None"}) == "auto"
+    assert trial_width({"bits": "auto", "memory_budget": "300MB"}) == "auto <= 300MB"
     rows = [row("a", "kgat", 32, recall=0.31, mb=12.0), row("b", "kgat", "auto", recall=0.30)]
     rows.append(row("c", "kgat", "auto", recall=0.29, mb=0.5))
     rows[2].settings["memory_budget"] = "30MB"

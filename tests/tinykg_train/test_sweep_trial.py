@@ -7,7 +7,13 @@ from types import SimpleNamespace
 from tinykg_train.config import TrainConfig
 from tinykg_train.run_dir import RunDir
 from tinykg_train.sweep.mlflow_runs import ERROR_TAG, client_for
-from tinykg_train.sweep.trial import TrialNamer, record_failure, trial_device, trial_label
+from tinykg_train.sweep.trial import (
+    TrialNamer,
+    record_failure,
+    trial_device,
+    trial_label,
+    trial_threads,
+)
 from tinykg_train.tracking import MlflowTracker, ensure_experiment
 
 
@@ -47,3 +53,25 @@ def test_auto_device_follows_the_gpu_reservation():
     assert trial_device("auto", []) == "cpu"  # Ray would not hide the node's GPUs from this trial
     assert trial_device("auto", ["0"]) == "auto"  # Ray made the reserved GPU the only one visible
     assert trial_device("cpu", ["0"]) == "cpu"
+
+
+def test_a_trial_uses_as_many_threads_as_the_cpus_it_was_given(monkeypatch):
+    import tinykg_train.threads as threads
+
+    monkeypatch.setattr(threads, "available_cpus", lambda: 4)
+    assert trial_threads(None, 2.0) == 2
+    assert trial_threads(None, 0.5) == 1  # a fraction of a CPU still runs one thread
+    assert trial_threads(None, 16.0) == 4  # never more than this process may use
+    assert trial_threads(3, 2.0) == 3  # `threads` set in the sweep wins
+    assert trial_threads(None, None) is None  # Ray said nothing: the trainer's auto choice
+
+
+def test_each_trial_config_sits_on_its_models_defaults():
+    """A `model` axis: each trial gets its model's hyperparameters unless the sweep sets them."""
+    from tinykg_train.sweep.space import check_settings
+
+    train = {"epochs": 2, "embed_dim": 16}
+    kgcn = check_settings({**train, "model": "kgcn"}, "trial")
+    lightgcn = check_settings({**train, "model": "lightgcn"}, "trial")
+    assert (kgcn.embed_dim, kgcn.n_layers, kgcn.dropout) == (16, 1, 0.0)
+    assert (lightgcn.embed_dim, lightgcn.n_layers, lightgcn.l2) == (16, 3, 1e-4)

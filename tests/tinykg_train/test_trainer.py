@@ -109,6 +109,28 @@ def test_metrics_json_holds_the_contract_keys(tiny_dataset_dir, tmp_path):
     assert int(table[-1].split(",")[1]) == sum(metrics["activation_bytes_by_module"].values())
 
 
+def test_the_run_sets_its_torch_threads_and_records_them(tiny_dataset_dir, tmp_path, monkeypatch):
+    import tinykg_train.threads as threads
+
+    before = torch.get_num_threads()
+    try:
+        given = train(
+            tiny_config(tiny_dataset_dir, tmp_path / "given", epochs=1, threads=2),
+            model_builder=mf_builder,
+        )
+        assert given["torch_threads"] == 2 == torch.get_num_threads()
+        monkeypatch.setattr(threads, "available_cpus", lambda: 1)
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        auto = train(
+            tiny_config(tiny_dataset_dir, tmp_path / "auto", epochs=1), model_builder=mf_builder
+        )
+        assert auto["torch_threads"] == 1 == torch.get_num_threads()
+        saved = json.loads((tmp_path / "auto" / "metrics.json").read_text())
+        assert saved["torch_threads"] == 1 and saved["config"]["threads"] is None
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_same_seed_gives_identical_metrics_and_another_seed_differs(tiny_dataset_dir, tmp_path):
     runs = [
         train(

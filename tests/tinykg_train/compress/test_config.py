@@ -61,7 +61,7 @@ def test_auto_levels_are_normal_at_2_bits_and_uniform_otherwise():
     assert [CompressionConfig(bits=b, scheme="auto").levels for b in (1, 4, 8, 32)] == [
         "uniform"
     ] * 4
-    assert CompressionConfig(bits=2).levels == "uniform"  # the library default stays uniform
+    assert CompressionConfig(bits=2).levels == "normal"  # the default is auto, as TrainConfig's
     assert CompressionConfig(bits=2, scheme="normal").levels == "normal"
 
 

@@ -37,3 +37,18 @@ def test_dropout_follows_train_and_eval():
     assert torch.equal(dropped, F.dropout(x, 0.5, True))
     layer.eval()
     assert torch.equal(layer(x), x)
+
+
+def test_every_wrapper_holds_its_config_as_compression_and_set_compression_reaches_it():
+    layers = nn.Sequential(
+        cm.Linear(8, 8, config=INT2),
+        cm.LeakyReLU(0.2, config=INT2),
+        cm.Dropout(0.1, config=INT2),
+        cm.L2Normalize(config=INT2),
+        nn.Sequential(cm.ReLU(config=INT2)),
+    )
+    wrappers = [m for m in layers.modules() if isinstance(m, cm.CompressedModule)]
+    assert len(wrappers) == 5 and all(m.compression is INT2 for m in wrappers)
+    int8 = CompressionConfig(bits=8)
+    cm.set_compression(layers, int8)
+    assert all(m.compression is int8 for m in wrappers)

@@ -58,6 +58,24 @@ def test_parameters_and_buffers_are_kept_exact_with_or_without_the_model():
         assert torch.equal(grad, exact)
 
 
+def test_with_a_model_no_module_outside_it_gets_the_pre_hook():
+    """Given the model, only its modules are hooked (nothing process-wide), and only while the
+    block runs; without one, a process-wide hook lives exactly as long as the block."""
+    from torch.nn.modules import module as registry
+
+    model, outside, x = ScaledMLP(), nn.Linear(32, 32), inputs()
+    global_hooks = len(registry._global_forward_pre_hooks)
+    with compress_saved_tensors(INT2, model=model):
+        assert len(registry._global_forward_pre_hooks) == global_hooks
+        assert all(len(m._forward_pre_hooks) == 1 for m in model.modules())
+        assert not outside._forward_pre_hooks
+        model(outside(x)).sum().backward()
+    assert not any(m._forward_pre_hooks for m in (*model.modules(), outside))
+    with compress_saved_tensors(INT2):
+        assert len(registry._global_forward_pre_hooks) == global_hooks + 1
+    assert len(registry._global_forward_pre_hooks) == global_hooks
+
+
 def test_weight_gradient_at_2_bits_is_unbiased_and_round_to_nearest_is_not(grad_tools):
     weight = (torch.randn(16, 64, generator=torch.Generator().manual_seed(2)) / 8).requires_grad_()
     x = torch.randn(128, 64, generator=torch.Generator().manual_seed(3))
@@ -95,7 +113,7 @@ def test_integers_kept_bools_bit_packed_floats_compressed():
 
 def test_a_tensor_saved_twice_is_stored_once():
     a, b = torch.randn(500, 64, requires_grad=True), torch.randn(500, 64, requires_grad=True)
-    with compress_saved_tensors(INT2):
+    with compress_saved_tensors(CompressionConfig(bits=2, scheme="uniform")):  # steps of range / 3
         with ActivationMeter() as same:
             square = a * a  # mul saves both operands: here one tensor
         with ActivationMeter() as different:

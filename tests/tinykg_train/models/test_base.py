@@ -52,3 +52,25 @@ def test_set_compression_reaches_every_layer(kgin):
     kgin.set_compression(config)
     assert kgin.compression is config
     assert all(layer.compression is config for layer in kgin.layers)
+
+
+def test_set_compression_reaches_the_compress_modules_wrappers_inside_a_model(kgin):
+    from tinykg_train.compress import modules as cm
+
+    kgin.head = torch.nn.Sequential(
+        cm.Linear(4, 4, config=kgin.compression), cm.ReLU(config=kgin.compression)
+    )
+    kgin.head.append(cm.Dropout(0.5, config=kgin.compression))
+    config = dataclasses.replace(kgin.compression, bits=8)
+    kgin.set_compression(config)
+    wrappers = [m for m in kgin.head.modules() if isinstance(m, cm.CompressedModule)]
+    assert len(wrappers) == 3 and all(w.compression is config for w in wrappers)
+
+
+def test_set_compression_of_one_layer_leaves_the_rest(kgin):
+    run, layer_config = kgin.compression, dataclasses.replace(kgin.compression, bits=8)
+    kgin.set_compression(layer_config, kgin.layers[0])
+    assert kgin.layers[0].compression is layer_config
+    assert kgin.compression is run and all(layer.compression is run for layer in kgin.layers[1:])
+    with pytest.raises(TinyKGError, match="Linear is not a part of this KGIN"):
+        kgin.set_compression(layer_config, torch.nn.Linear(2, 2))

@@ -106,8 +106,8 @@ def test_edge_dropout_keeps_the_configured_share_while_training(tiny_dataset, ma
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        ({"independence": "mi"}, "'independence' must be one of distance, cosine"),
-        ({"edge_dropout": 1.0}, "'edge_dropout' needs to be in \\[0, 1\\)"),
+        ({"independence": "mi"}, "'independence' \\(in extra\\) needs one of distance, cosine"),
+        ({"edge_dropout": 1.0}, "'edge_dropout' \\(in extra\\) needs a number in \\[0, 1\\)"),
     ],
 )
 def test_bad_knobs_are_config_errors(tiny_dataset, make_config, extra, message):

@@ -3,27 +3,56 @@
 One immutable dataclass shared by `pipelines.train`, the sweep trials and the models, so a run is fully
 described by `config.to_dict()` (logged to MLflow and stored in checkpoints). Values are coerced to
 the field's type on construction (YAML reads `1e-3` as a string, a CLI gives "20,50" for `eval_ks`),
-then validated; anything wrong is a one-line `ConfigError` that says how to fix it.
+`extra` to the types of the models' knobs (`model_defaults.KNOBS`), then validated; anything wrong
+is a one-line `ConfigError` that says how to fix it.
+
+`TrainConfig(...)` starts from generic defaults (KGAT-like); `TrainConfig.for_model(name, ...)` and
+`TrainConfig.layered(...)` start from the model's own (`model_defaults.MODEL_DEFAULTS`), as
+`pipelines.train --model` and the sweep trials do. This module imports no torch.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tinykg_train.coercion import as_bool, as_float, as_int, as_int_list, as_str
+from tinykg_train.compression_defaults import (
+    BITS,
+    DEFAULT_BITS,
+    DEFAULT_NORMALIZE_BITS,
+    DEFAULT_SCHEME,
+    DEFAULT_SCORE_BITS,
+    SCHEMES,
+    check_scheme,
+    check_width,
+)
 from tinykg_train.errors import ConfigError
+from tinykg_train.model_defaults import MODEL_DEFAULTS, coerce_extra, model_defaults
 
 if TYPE_CHECKING:
     from tinykg_train.compress import CompressionConfig
 
-MODELS = ("kgat", "kgin", "kgcn", "lightgcn", "bprmf")
-BITS = (1, 2, 4, 8, 32)
-AUTO = "auto"  # `bits: auto`: each saved tensor's width chosen from its measured sensitivity
-DEVICES = ("auto", "cpu", "cuda")
-SCHEMES = ("uniform", "normal", "auto")
+__all__ = [
+    "AUTO",
+    "BITS",
+    "DEVICES",
+    "MODELS",
+    "SCHEMES",
+    "TrainConfig",
+    "parse_size",
+    "read_yaml_mapping",
+]
 
+AUTO = "auto"  # `bits: auto`: each saved tensor's width chosen from its measured sensitivity
+
+MODELS = tuple(MODEL_DEFAULTS)
+DEVICES = ("auto", "cpu", "cuda")
+
+# The type of every field (to add a field: give it a default below and put it in one table).
 INT_FIELDS = frozenset(
     {
         "score_bits", "normalize_bits", "epochs", "seed", "batch_size", "kg_batch_size",
@@ -31,10 +60,12 @@ INT_FIELDS = frozenset(
         "patience", "adapt_every",
     }
 )  # fmt: skip
-OPTIONAL_INT_FIELDS = frozenset({"group_size", "max_batches_per_epoch"})
+OPTIONAL_INT_FIELDS = frozenset({"group_size", "max_batches_per_epoch", "threads"})
 FLOAT_FIELDS = frozenset({"lr", "l2", "dropout", "auto_bits"})
 STR_FIELDS = frozenset({"data", "model", "scheme", "device", "out"})
 OPTIONAL_STR_FIELDS = frozenset({"memory_budget"})
+BOOL_FIELDS = frozenset({"resume"})
+SPECIAL_FIELDS = frozenset({"bits", "eval_ks", "extra"})  # coerced by name in _coerce
 
 
 @dataclass(frozen=True)
@@ -44,14 +75,12 @@ class TrainConfig:
 
     data: str = ""
     model: str = "kgat"
-    bits: int | str = 32
+    bits: int | str = DEFAULT_BITS
     group_size: int | None = None
-    scheme: str = "auto"  # normal levels at 2 bits, uniform otherwise
+    scheme: str = DEFAULT_SCHEME  # auto: normal levels at 2 bits, uniform otherwise
     # the least widths of the embeddings the BPR scores read and of the L2-normalized outputs saved
-    # (CompressionConfig's; this module stays free of torch, so the defaults are repeated: a test
-    # checks they agree)
-    score_bits: int = 8
-    normalize_bits: int = 4
+    score_bits: int = DEFAULT_SCORE_BITS
+    normalize_bits: int = DEFAULT_NORMALIZE_BITS
     # `bits: auto`: the average width of the quantized saved tensors it aims at, and how often (in
     # epochs) it measures the sensitivities again (0 = once, before the first epoch)
     auto_bits: float = 2.5
@@ -77,6 +106,7 @@ class TrainConfig:
     eval_batch_users: int = 1024
     patience: int = 5  # early stopping: evaluations without a better valid Recall@20
     max_batches_per_epoch: int | None = None  # cap for quick runs and tests
+    threads: int | None = None  # torch CPU threads; None: the CPUs this process may use (threads.py)
     resume: bool = False
     extra: dict[str, Any] = field(default_factory=dict)  # model-specific knobs, logged as params
 
@@ -89,10 +119,10 @@ class TrainConfig:
         """Raise ConfigError with a one-line fix for any invalid setting."""
         if self.model not in MODELS:
             raise ConfigError(f"unknown model {self.model!r}: choose one of {', '.join(MODELS)}")
-        if self.bits not in BITS and self.bits != AUTO:
-            raise ConfigError(
-                f"'bits' must be one of {', '.join(map(str, BITS))} or auto (got {self.bits}); 32 means no compression"
-            )
+        for name in ("bits", "score_bits", "normalize_bits"):
+            if not (name == "bits" and self.adaptive):
+                check_width(name, getattr(self, name), allow_auto=name == "bits")
+        check_scheme(self.scheme, 2 if self.adaptive else self.bits)
         if not 1 <= self.auto_bits <= 8:
             raise ConfigError(
                 f"'auto_bits' (the average width `bits: auto` aims at) needs to be in [1, 8] (got {self.auto_bits})"
@@ -103,18 +133,10 @@ class TrainConfig:
             )
         if self.memory_budget is not None:
             parse_size(self.memory_budget, "memory_budget")  # a malformed size fails here
-            if self.bits != AUTO:
+            if not self.adaptive:
                 raise ConfigError(
                     f"'memory_budget' chooses the widths itself: use it with bits auto (got bits {self.bits})"
                 )
-        for name in ("score_bits", "normalize_bits"):
-            if getattr(self, name) not in BITS:
-                raise ConfigError(
-                    f"'{name}' must be one of {', '.join(map(str, BITS))} (got "
-                    f"{getattr(self, name)}); 32 keeps those tensors exact"
-                )
-        if self.scheme not in SCHEMES:
-            raise ConfigError(f"'scheme' must be one of {', '.join(SCHEMES)} (got {self.scheme!r})")
         if self.device not in DEVICES:
             raise ConfigError(f"'device' must be one of {', '.join(DEVICES)} (got {self.device!r})")
         positive = (
@@ -160,8 +182,43 @@ class TrainConfig:
         return cls(**values)
 
     @classmethod
+    def for_model(cls, model: str, **settings: Any) -> TrainConfig:
+        """`model`'s own defaults (`model_defaults.MODEL_DEFAULTS`) with `settings` on top.
+
+        `TrainConfig.for_model("kgcn", data="d")` has KGCN's 32 dims and one hop, where
+        `TrainConfig(model="kgcn", data="d")` keeps the generic (KGAT-like) defaults.
+        """
+        return cls.layered({"model": model}, settings)
+
+    @classmethod
+    def layered(cls, *layers: Mapping[str, Any], source: str = "config") -> TrainConfig:
+        """Settings from `layers`, later ones winning, over the defaults of the model they name.
+
+        The model is the last `model` any layer gives (else the default, kgat); its defaults sit
+        between TrainConfig's and the first layer. `extra` mappings merge key by key. This is the
+        layering of `pipelines.train` (saved config.yaml on --resume < --config < flags) and of
+        the sweep trials (`train:` < the trial's axes).
+        """
+        merged: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for layer in layers:
+            for name, value in layer.items():
+                if name == "extra" and isinstance(value, Mapping):
+                    extra.update(value)
+                else:
+                    merged[name] = value  # a non-mapping `extra` is refused by from_dict
+        if extra and "extra" not in merged:
+            merged["extra"] = extra
+        model = merged.get("model", cls.model)
+        base = model_defaults(model) if isinstance(model, str) and model in MODEL_DEFAULTS else {}
+        return cls.from_dict({**base, **merged}, source=source)
+
+    @classmethod
     def from_yaml(cls, path: str | Path, overrides: dict[str, Any] | None = None) -> TrainConfig:
-        """Read a YAML mapping of settings; `overrides` (e.g. from the command line) win."""
+        """Read a YAML mapping of settings; `overrides` (e.g. from the command line) win.
+
+        Generic defaults underneath, like `TrainConfig(...)`; `layered` puts the model's own there.
+        """
         return cls.from_dict({**read_yaml_mapping(path), **(overrides or {})}, source=str(path))
 
     def with_overrides(self, **overrides: Any) -> TrainConfig:
@@ -194,11 +251,6 @@ class TrainConfig:
             score_bits=self.score_bits,
             normalize_bits=self.normalize_bits,
         )
-
-
-def width_name(bits: int | str) -> str:
-    """How runs, logs and tables name a width: fp32 (no compression), int2, ..., auto."""
-    return "fp32" if bits == 32 else AUTO if bits == AUTO else f"int{bits}"
 
 
 SIZE_UNITS = {
@@ -246,61 +298,25 @@ def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
 
 def _coerce(name: str, value: Any) -> Any:
     """`value` as the type of field `name`, or a ConfigError that names the field."""
-
-    def wrong(expected: str) -> ConfigError:
-        return ConfigError(f"'{name}' needs {expected} (got {value!r})")
-
+    label = f"'{name}'"
+    if name in OPTIONAL_INT_FIELDS | OPTIONAL_STR_FIELDS and value is None:
+        return None
     if name == "bits":
         if isinstance(value, str) and value.strip().lower() == AUTO:
             return AUTO
-        return _as_int(value, wrong)
-    if name in INT_FIELDS or (name in OPTIONAL_INT_FIELDS and value is not None):
-        return _as_int(value, wrong)
-    if name in OPTIONAL_STR_FIELDS:
-        if value is None or isinstance(value, str):
-            return value
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return str(value)
-        raise wrong("a string")
+        return as_int(value, label)
+    if name in INT_FIELDS or name in OPTIONAL_INT_FIELDS:
+        return as_int(value, label)
     if name in FLOAT_FIELDS:
-        if isinstance(value, bool):
-            raise wrong("a number")
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise wrong("a number") from None
-    if name in STR_FIELDS:
-        if not isinstance(value, (str, Path)):
-            raise wrong("a string")
-        return str(value)
-    if name == "resume":
-        if not isinstance(value, bool):
-            raise wrong("true or false")
-        return value
+        return as_float(value, label)
+    if name in OPTIONAL_STR_FIELDS and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)  # memory_budget: 300000000 is a size too
+    if name in STR_FIELDS or name in OPTIONAL_STR_FIELDS:
+        return as_str(value, label)
+    if name in BOOL_FIELDS:
+        return as_bool(value, label)
     if name == "eval_ks":
-        items = value.split(",") if isinstance(value, str) else value
-        if isinstance(items, int):
-            items = [items]
-        if not isinstance(items, (list, tuple)):
-            raise wrong("a list of cut-offs like [20, 50]")
-        return tuple(sorted({_as_int(k, wrong) for k in items}))
+        return tuple(sorted(set(as_int_list(value, label, "a list of cut-offs like [20, 50]"))))
     if name == "extra":
-        if not isinstance(value, dict):
-            raise wrong("a mapping of model-specific settings")
-        return dict(value)
-    return value
-
-
-def _as_int(value: Any, wrong) -> int:
-    if isinstance(value, bool):
-        raise wrong("an integer")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            raise wrong("an integer") from None
-    raise wrong("an integer")
+        return coerce_extra(value)
+    return value  # a field in no table: tests/tinykg_train/test_config.py names it

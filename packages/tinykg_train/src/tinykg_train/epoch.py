@@ -65,7 +65,7 @@ def run_phase(
         optimizer.zero_grad(set_to_none=True)
         compressing = contextlib.ExitStack()  # a fresh context per step: not reusable
         if config.compressed:
-            compressing.enter_context(compress_saved_tensors(session.compression))
+            compressing.enter_context(compress_saved_tensors(session.compression, model))
         if session.precision is not None:  # `bits: auto`: the phase's chosen widths
             compressing.enter_context(session.precision.applying(phase))
         with compressing:

@@ -33,7 +33,9 @@ from tinykg_train.training_state import TrainingState
 ModelBuilder = Callable[[str, Any, TrainConfig], Any]
 
 # Settings a resumed run may change without invalidating the checkpoint.
-RESUMABLE_CHANGES = frozenset({"resume", "epochs", "device", "out", "data", "eval_batch_users"})
+RESUMABLE_CHANGES = frozenset(
+    {"resume", "epochs", "device", "out", "data", "eval_batch_users", "threads"}
+)
 
 
 @dataclass
@@ -49,10 +51,19 @@ class Session:
     cf_batches: Any
     kg_batches: Any | None
     evaluator: RankingEvaluator
-    compression: Any
     state: TrainingState
     precision: Any = None  # AdaptivePrecision under `bits: auto`
     resumed_at: int | None = None
+    # for a model of your own that holds no CompressionConfig (see `compression`)
+    fallback_compression: Any = None
+
+    @property
+    def compression(self):
+        """The run's `CompressionConfig` for the saved-tensor hooks: the model's own object
+        (`model.compression`, the Recommender contract), so hooks and model cannot drift apart and
+        both follow `model.set_compression`. A model of your own without one gets the config's."""
+        own = getattr(self.model, "compression", None)
+        return self.fallback_compression if own is None else own
 
 
 def evaluation_ks(config: TrainConfig) -> tuple[int, ...]:
@@ -123,9 +134,10 @@ def open_session(
         if model.has_kg_phase
         else None,
         evaluator=RankingEvaluator(dataset, evaluation_ks(config), config.eval_batch_users, device),
-        # the one config of the run: the model's, also the hooks' (a model of the user's own may lack one)
-        compression=getattr(model, "compression", None) or config.compression_config(),
         state=TrainingState(),
+        fallback_compression=None
+        if getattr(model, "compression", None) is not None
+        else config.compression_config(),
     )
     session.precision = build_precision(config, session.compression)
     if checkpoint is not None:

@@ -27,7 +27,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Protocol
 
-from tinykg_train.config import width_name
+from tinykg_train.compression_defaults import width_label
 from tinykg_train.errors import TinyKGError
 from tinykg_train.run_dir import RunDir, write_json_atomic
 
@@ -238,7 +238,7 @@ class MlflowTracker:
             run = self.client.create_run(
                 experiment_id,
                 run_name=self.run_name
-                or f"{config.model}-{width_name(config.bits)}-seed{config.seed}",
+                or f"{config.model}-{width_label(config.bits)}-seed{config.seed}",
                 tags=self._run_tags(config, device_label),
             )
             self.run_id = run.info.run_id

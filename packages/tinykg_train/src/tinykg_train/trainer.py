@@ -20,7 +20,8 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from tinykg_train.activation_report import write_activation_chart, write_activation_table
-from tinykg_train.config import TrainConfig, width_name
+from tinykg_train.compression_defaults import width_label
+from tinykg_train.config import TrainConfig
 from tinykg_train.device import describe_device, resolve_device
 from tinykg_train.epoch import evaluate_epoch, train_epoch
 from tinykg_train.errors import TinyKGError
@@ -28,6 +29,7 @@ from tinykg_train.memory import cuda_peak_bytes, peak_rss_bytes, reset_cuda_peak
 from tinykg_train.precision import prepare as prepare_precision
 from tinykg_train.run_dir import write_json_atomic, write_yaml_atomic
 from tinykg_train.session import ModelBuilder, Session, open_session, save_session
+from tinykg_train.threads import apply_threads
 from tinykg_train.tracking import Tracker
 from tinykg_train.training_state import STOP_METRIC
 
@@ -55,7 +57,7 @@ def fit(session: Session, tracker: Tracker | None, on_epoch: Callable[[dict], An
         range(state.next_epoch, config.epochs),
         initial=state.next_epoch,
         total=config.epochs,
-        desc=f"{config.model} {width_name(config.bits)}",
+        desc=f"{config.model} {width_label(config.bits)}",
         disable=None,
     )
     for epoch in epochs:
@@ -87,7 +89,9 @@ def run_epoch(session: Session, epoch: int, tracker: Tracker | None = None) -> d
     return row
 
 
-def final_result(session: Session, test: dict[str, float], device_label: str) -> dict[str, Any]:
+def final_result(
+    session: Session, test: dict[str, float], device_label: str, threads: int
+) -> dict[str, Any]:
     """The content of metrics.json: test metrics of the best epoch, histories, memory, the config."""
     config, state = session.config, session.state
     measured = [b for b in state.column("activation_bytes") if b is not None]
@@ -98,6 +102,7 @@ def final_result(session: Session, test: dict[str, float], device_label: str) ->
         "seed": config.seed,
         "dataset": str(session.dataset.path),
         "device": device_label,
+        "torch_threads": threads,
         "best_epoch": state.best_epoch,
         "best_valid": state.best_valid,
         "epochs_trained": state.next_epoch,
@@ -121,21 +126,21 @@ def final_result(session: Session, test: dict[str, float], device_label: str) ->
     return result
 
 
-def finish(session: Session, device_label: str) -> dict[str, Any]:
+def finish(session: Session, device_label: str, threads: int) -> dict[str, Any]:
     """Rank the test split with the best epoch's weights; write metrics.json and the memory report."""
     state, run = session.state, session.run
     if state.best_model is None:
         raise TinyKGError(f"{run.path}: no epoch was evaluated, so there is no best model to test")
     session.model.load_state_dict(state.best_model)
     test = session.evaluator.evaluate(session.model, "test")
-    result = final_result(session, test, device_label)
+    result = final_result(session, test, device_label, threads)
     if state.activation_by_module:
         widths = None if session.precision is None else session.precision.cf_module_widths()
         write_activation_table(run.activation_table, state.activation_by_module, widths)
         write_activation_chart(
             run.activation_chart,
             state.activation_by_module,
-            f"{session.config.model} {width_name(session.config.bits)}: "
+            f"{session.config.model} {width_label(session.config.bits)}: "
             f"{sum(state.activation_by_module.values()) / 2**20:.2f} MiB saved for backward, by module",
         )
     write_json_atomic(run.metrics, result)
@@ -151,6 +156,9 @@ def train(
 ) -> dict[str, Any]:
     """Train `config.model` on `config.data` into `config.out`; returns what metrics.json holds.
 
+    First torch's CPU threads are set from `config.threads` (None: the CPUs this process may use,
+    see `tinykg_train.threads`); metrics.json records the count as `torch_threads`.
+
     Bad inputs (dataset dir, run dir, checkpoint) raise before anything is written. `on_epoch(report)`
     is called after each epoch (and its checkpoint) with `epoch`, `train_loss`, `epoch_seconds`,
     `activation_bytes`, the valid `recall@K`/`ndcg@K` (the latest evaluation's on epochs without
@@ -159,6 +167,7 @@ def train(
     propagates. `model_builder` replaces `tinykg_train.models.build_model` (for a model of your own
     that follows the Recommender contract).
     """
+    threads = apply_threads(config.threads)  # once, before anything runs torch ops
     device = resolve_device(config.device)
     device_label = describe_device(device)
     reset_cuda_peak(device)
@@ -177,7 +186,7 @@ def train(
     write_yaml_atomic(run.config, config.to_dict())
     try:
         fit(session, tracker, on_epoch)
-        result = finish(session, device_label)
+        result = finish(session, device_label, threads)
         if tracker is not None:
             tracker.finish(result, run)
     except KeyboardInterrupt:

@@ -19,9 +19,10 @@ from tinykg_kernels import QuantizedTensor, dequantize, quantize, unproject
 from tinykg_kernels import project as random_projection
 from tinykg_train.compress import stack
 from tinykg_train.compress.adaptive import sites
-from tinykg_train.compress.config import BITS, CompressionConfig
+from tinykg_train.compress.config import CompressionConfig
 from tinykg_train.compress.gathered import gathered_rows
 from tinykg_train.compress.masks import PackedMask
+from tinykg_train.compression_defaults import BITS
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,25 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
+from tinykg_train.compression_defaults import (
+    BITS,
+    DEFAULT_BITS,
+    DEFAULT_NORMALIZE_BITS,
+    DEFAULT_SCHEME,
+    DEFAULT_SCORE_BITS,
+    SCHEMES,
+    check_scheme,
+    check_width,
+)
 from tinykg_train.errors import ConfigError
 
-BITS = (1, 2, 4, 8, 32)
-SCHEMES = ("uniform", "normal", "auto")
+__all__ = [
+    "BITS",
+    "DEFAULT_NORMALIZE_BITS",
+    "DEFAULT_SCORE_BITS",
+    "SCHEMES",
+    "CompressionConfig",
+]
 
 # Tensors smaller than this are kept as they are: their codes would save little and the scales and
 # the kernel launch would cost more than they save.
@@ -26,31 +41,23 @@ DEFAULT_BLOCK_SIZE = 256
 # time (a [N, 64] activation: one scale per row at 2 bits, per two rows at 1 bit).
 GROUP_CODE_BITS = 128
 
-# Two kinds of saved tensors get more bits than `bits` by default: at 2 bits they are where most of
-# a KGAT step's gradient error comes from (music-kgcn, one CF step, gradient error relative to the
-# exact gradient: 0.39 with everything at 2 bits, 0.25 with either kind wider, 0.05 with both; held
-# bytes 12.0x -> 9.8x less than FP32 without dropout, measured before KGAT's fused aggregator; now
-# 22.4x at 0.05, BENCHMARKS.md section gradient-error-kgat).
-# - The final embeddings whose dot products are the BPR scores: every gradient of a step starts from
-#   them.
-# - The outputs an L2 normalization saves: its backward is quadratic in them.
-# KGAT on music-kgcn over ten seeds, INT2 / FP32 Recall@20: 0.973 with both at 2 bits, 0.984 with
-# the scored embeddings at 8, 1.005 with both (10.6x less activation memory, dropout on).
-DEFAULT_SCORE_BITS = 8
-DEFAULT_NORMALIZE_BITS = 4
-
 
 @dataclass(frozen=True)
 class CompressionConfig:
     """Bit width and grouping of saved activations.
+
+    The valid widths and schemes and the defaults of `bits`, `scheme`, `score_bits` and
+    `normalize_bits` come from `tinykg_train.compression_defaults`, shared with `TrainConfig`:
+    `CompressionConfig()` equals `TrainConfig().compression_config()`.
 
     - `bits`: 1, 2, 4 or 8 (stochastic rounding, unbiased), or 32 for no compression.
     - `group_size`: None = one scale per row of the last dim for 2-D and larger activations
       (whole rows together when a row has fewer than `min_group_numel` elements; blocks of
       `DEFAULT_BLOCK_SIZE` for 1-D tensors); an integer = blocks of that many contiguous elements.
     - `scheme`: "uniform" levels, "normal" (2 bits only: the kernels' Gaussian-fitted levels), or
-      "auto": normal at 2 bits, uniform otherwise (the trainer's default: at 2 bits normal levels
-      train KGAT on music-kgcn to 0.983 of FP32 Recall@20 against 0.942 uniform, same bytes).
+      "auto" (the default, as in `TrainConfig`): normal at 2 bits, uniform otherwise (at 2 bits
+      normal levels train KGAT on music-kgcn to 0.983 of FP32 Recall@20 against 0.942 uniform,
+      same bytes).
     - `projection_ratio`: if set (r > 1), linear layers save a random projection of their input to
       `ceil(in_features / r)` columns before quantizing (EXACT's D/R); the gradient stays unbiased.
     - `score_bits`: the least width of the final embeddings the loss's dot-product scores read
@@ -62,9 +69,9 @@ class CompressionConfig:
       biased (an ablation and the control of the unbiasedness tests).
     """
 
-    bits: int = 32
+    bits: int = DEFAULT_BITS
     group_size: int | None = None
-    scheme: str = "uniform"
+    scheme: str = DEFAULT_SCHEME
     projection_ratio: float | None = None
     min_numel: int = DEFAULT_MIN_NUMEL
     stochastic: bool = True
@@ -72,10 +79,7 @@ class CompressionConfig:
     normalize_bits: int = DEFAULT_NORMALIZE_BITS
 
     def __post_init__(self) -> None:
-        if self.bits not in BITS:
-            raise ConfigError(
-                f"'bits' must be one of {', '.join(map(str, BITS))} (got {self.bits!r}); 32 means no compression"
-            )
+        check_width("bits", self.bits)
         if self.group_size is not None and (
             isinstance(self.group_size, bool)
             or not isinstance(self.group_size, int)
@@ -85,17 +89,8 @@ class CompressionConfig:
                 f"'group_size' needs to be a positive integer or None (got {self.group_size!r})"
             )
         for name in ("score_bits", "normalize_bits"):
-            if getattr(self, name) not in BITS:
-                raise ConfigError(
-                    f"'{name}' must be one of {', '.join(map(str, BITS))} (got "
-                    f"{getattr(self, name)!r}); 32 keeps those tensors exact"
-                )
-        if self.scheme not in SCHEMES:
-            raise ConfigError(f"'scheme' must be one of {', '.join(SCHEMES)} (got {self.scheme!r})")
-        if self.scheme == "normal" and self.bits not in (2, 32):
-            raise ConfigError(
-                f"scheme 'normal' has 2-bit levels only (got bits={self.bits}): use bits=2 or scheme 'uniform'"
-            )
+            check_width(name, getattr(self, name))
+        check_scheme(self.scheme, self.bits)
         if self.projection_ratio is not None and not self.projection_ratio > 1:
             raise ConfigError(
                 f"'projection_ratio' needs to be > 1 (columns kept: in_features / ratio) or None (got {self.projection_ratio!r})"

@@ -54,10 +54,33 @@ class Compressor(stack.SavedTensorLayer):
 
 
 def _register_module_tensors(module: torch.nn.Module, args: Any) -> None:
-    """Forward pre-hook: the parameters and buffers of every module that runs are persistent."""
+    """Forward pre-hook: the parameters and buffers of a module about to run are persistent (also
+    a buffer the module re-assigned since the block began)."""
     stack.add_persistent(
         t for t in (*module._parameters.values(), *module._buffers.values()) if t is not None
     )
+
+
+@contextlib.contextmanager
+def _module_hooks(model: torch.nn.Module | None) -> Iterator[None]:
+    """The pre-hook on `model`'s own modules only; without a model, on every module that runs.
+
+    Without `model` the modules that will run inside the block are unknown until they run, and torch
+    tells a hook about "any module that runs" only through its process-wide registry: so that case
+    installs a global pre-hook for the block's duration (it does nothing on threads that have no
+    block of their own). Pass `model` (the trainer does) and no module outside it gets a hook.
+    """
+    if model is None:
+        handles = [
+            torch.nn.modules.module.register_module_forward_pre_hook(_register_module_tensors)
+        ]
+    else:
+        handles = [m.register_forward_pre_hook(_register_module_tensors) for m in model.modules()]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 @contextlib.contextmanager
@@ -66,18 +89,17 @@ def compress_saved_tensors(
 ) -> Iterator[None]:
     """Store the tensors autograd saves in this block compressed per `config`.
 
-    `model` (optional) names the persistent tensors up front; without it, the parameters and
-    buffers of every module called inside the block are recognised as they run. A plain tensor
-    attribute that is neither (a graph kept outside any module) is treated as an activation.
-    With `config.bits == 32` nothing is compressed (an `ActivationMeter` inside still counts).
+    `model` (optional; the module that runs inside the block, e.g. the whole model) names the
+    persistent tensors up front and scopes the pre-hook that recognises buffers re-assigned while it
+    runs to its own modules. Without it, the parameters and buffers of every module called inside
+    the block are recognised as they run, through a process-wide hook (see `_module_hooks`). A
+    plain tensor attribute that is neither (a graph kept outside any module), or a buffer of a
+    module outside `model`, is treated as an activation. With `config.bits == 32` nothing is
+    compressed (an `ActivationMeter` inside still counts).
     """
     persistent = stack.model_storages(model) if model is not None else set()
-    handle = torch.nn.modules.module.register_module_forward_pre_hook(_register_module_tensors)
-    try:
-        with stack.pushed(Compressor(config), persistent):
-            yield
-    finally:
-        handle.remove()
+    with _module_hooks(model), stack.pushed(Compressor(config), persistent):
+        yield
 
 
 @contextlib.contextmanager

@@ -8,6 +8,7 @@ run's `CompressionConfig` (bits, group size, scheme) applies to every activation
 from __future__ import annotations
 
 from tinykg_train.errors import ConfigError
+from tinykg_train.model_defaults import check_extra_keys
 from tinykg_train.models.base import EmbeddingRecommender, Recommender
 from tinykg_train.models.bprmf import BPRMF
 from tinykg_train.models.kgat import KGAT
@@ -45,12 +46,7 @@ def build_model(name: str, dataset, config) -> Recommender:
 
     if name not in MODELS:
         raise ConfigError(f"unknown model {name!r}: choose one of {', '.join(MODELS)}")
-    known = {key for model in MODELS.values() for key in model.EXTRA_DEFAULTS}
-    unknown = sorted(set(config.extra) - known)
-    if unknown:
-        raise ConfigError(
-            f"unknown model setting(s) {', '.join(unknown)} in 'extra'; known: {', '.join(sorted(known))}"
-        )
+    check_extra_keys(config.extra)
     if not isinstance(dataset, KGDataset):
         dataset = KGDataset.open(dataset)
     return MODELS[name](dataset, config)

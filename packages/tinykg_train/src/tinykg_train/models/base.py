@@ -2,8 +2,10 @@
 
 The trainer calls exactly: `has_kg_phase`, `on_epoch_start(epoch)`, `loss(users, pos_items,
 neg_items)`, `kg_loss(heads, relations, tails, neg_tails)` (when `has_kg_phase`),
-`prepare_scoring()` and `score_users(users)`. Every model builds its forward from
-`tinykg_train.compress.ops` with `self.compression`, so the run's bit width applies throughout.
+`prepare_scoring()` and `score_users(users)`, and reads `compression`: every model builds its forward
+from `tinykg_train.compress.ops` with `self.compression` (and its layers with theirs), and the
+trainer's saved-tensor hooks use the model's `compression` too, so one `CompressionConfig` object
+serves the whole run. `set_compression` is the one way to change it, for the model or one part.
 """
 
 from __future__ import annotations
@@ -16,11 +18,14 @@ import torch
 from torch import nn
 
 from tinykg_train.compress import CompressionConfig, ops
+from tinykg_train.compress.modules import CompressedModule
+from tinykg_train.compress.modules import set_compression as set_compression_in
 from tinykg_train.errors import TinyKGError
+from tinykg_train.model_defaults import knob
 from tinykg_train.models.losses import bpr_loss, l2_penalty
 
 
-class Recommender(nn.Module):
+class Recommender(CompressedModule):
     """A KG recommender: BPR loss on (user, positive, negative) batches, scores against all items.
 
     Subclasses implement `loss` and `score_users`; they may cache what scoring needs in
@@ -30,7 +35,8 @@ class Recommender(nn.Module):
 
     #: Whether the trainer runs a second (KG) phase each epoch with `kg_loss`.
     has_kg_phase: bool = False
-    #: Model-specific knobs read from `config.extra`, with their defaults.
+    #: Model-specific knobs read from `config.extra`, with their defaults (the built-in models take
+    #: theirs from `tinykg_train.model_defaults.KNOBS`, which also has their types).
     EXTRA_DEFAULTS: dict[str, Any] = {}
 
     def __init__(self, dataset, config) -> None:
@@ -46,14 +52,30 @@ class Recommender(nn.Module):
 
     @classmethod
     def read_extra(cls, extra: dict[str, Any]) -> dict[str, Any]:
-        """This model's knobs: `EXTRA_DEFAULTS` updated by the known keys of `config.extra`."""
-        return {**cls.EXTRA_DEFAULTS, **{k: v for k, v in extra.items() if k in cls.EXTRA_DEFAULTS}}
+        """This model's knobs: `EXTRA_DEFAULTS` updated by its keys of `config.extra`, each in its
+        knob's type (a `TrainConfig` has coerced them already; other configs get the same checks)."""
+        own = {k: v for k, v in extra.items() if k in cls.EXTRA_DEFAULTS}
+        return {
+            **cls.EXTRA_DEFAULTS,
+            **{k: v if knob(k) is None else knob(k).coerce(k, v) for k, v in own.items()},
+        }
 
-    def set_compression(self, compression: CompressionConfig) -> None:
-        """Use another `CompressionConfig` from now on, in this model and every layer of it."""
-        for module in self.modules():
-            if hasattr(module, "compression"):
-                module.compression = compression
+    def set_compression(
+        self, compression: CompressionConfig, module: nn.Module | None = None
+    ) -> None:
+        """Use `compression` from now on in this model and every compressed layer of it, or, given
+        `module` (a part of this model, e.g. one layer), only in that part (per-layer widths).
+
+        The model's own `compression` (what the trainer's saved-tensor hooks and the loss use)
+        changes only when the whole model is set.
+        """
+        if module is None:
+            module = self
+        elif not any(part is module for part in self.modules()):
+            raise TinyKGError(
+                f"set_compression: {type(module).__name__} is not a part of this {type(self).__name__}"
+            )
+        set_compression_in(module, compression)
 
     def on_epoch_start(self, epoch: int) -> None:
         """Called by the trainer before each epoch's first step (KGAT refreshes its attention)."""

@@ -18,6 +18,7 @@ from torch import nn
 
 from tinykg_train.compress import ops
 from tinykg_train.errors import ConfigError
+from tinykg_train.model_defaults import extra_defaults
 from tinykg_train.models.base import EmbeddingRecommender
 from tinykg_train.models.graphs import FIRST_KG_RELATION, INTERACT, ckg_edges, sort_by_relation
 from tinykg_train.models.layers import BiInteractionLayer, xavier_parameter
@@ -39,12 +40,7 @@ class KGAT(EmbeddingRecommender):
     `negative_slope` (LeakyReLU of the aggregator), `pretrained` (a BPR-MF run dir)."""
 
     has_kg_phase = True
-    EXTRA_DEFAULTS = {
-        "layer_dims": None,
-        "relation_dim": None,
-        "negative_slope": 0.2,
-        "pretrained": None,  # a BPR-MF run dir: start users and items from its vectors
-    }
+    EXTRA_DEFAULTS = extra_defaults("kgat")  # pretrained: a BPR-MF run dir to start from
 
     def __init__(self, dataset, config) -> None:
         super().__init__(dataset, config)

@@ -21,12 +21,11 @@ from torch import nn
 
 from tinykg_train.compress import ops
 from tinykg_train.errors import ConfigError
+from tinykg_train.model_defaults import extra_defaults
 from tinykg_train.models.base import EmbeddingRecommender
 from tinykg_train.models.graphs import ckg_edges, item_to_user_mean, kg_only
 from tinykg_train.models.layers import RelationalPathLayer, xavier_parameter
 from tinykg_train.models.sparse import CSRGraph
-
-INDEPENDENCE = ("distance", "cosine")
 
 
 def distance_correlation(a: torch.Tensor, b: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
@@ -58,20 +57,12 @@ class KGIN(EmbeddingRecommender):
     """Knowledge Graph-based Intent Network; knobs in `config.extra`: `independence`,
     `independence_weight`, `edge_dropout`."""
 
-    EXTRA_DEFAULTS = {"independence": "distance", "independence_weight": 1e-4, "edge_dropout": 0.5}
+    EXTRA_DEFAULTS = extra_defaults("kgin")  # types and allowed values: model_defaults.KNOBS
 
     def __init__(self, dataset, config) -> None:
         super().__init__(dataset, config)
         if dataset.n_relations < 1:
             raise ConfigError("KGIN needs a dataset with KG triples (its intents mix KG relations)")
-        if self.extra["independence"] not in INDEPENDENCE:
-            raise ConfigError(
-                f"KGIN 'independence' must be one of {', '.join(INDEPENDENCE)} (got {self.extra['independence']!r})"
-            )
-        if not 0 <= self.extra["edge_dropout"] < 1:
-            raise ConfigError(
-                f"KGIN 'edge_dropout' needs to be in [0, 1) (got {self.extra['edge_dropout']!r})"
-            )
         kg = kg_only(ckg_edges(dataset))
         interactions = item_to_user_mean(dataset)
         dim, n_relations = self.embed_dim, 2 * int(dataset.n_relations)  # KG relations + inverses

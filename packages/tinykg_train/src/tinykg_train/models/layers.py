@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from tinykg_train.compress import CompressionConfig, ops
+from tinykg_train.compress.modules import CompressedModule
 from tinykg_train.models.relational import relational_mean
 from tinykg_train.models.sparse import CSRGraph
 
@@ -51,7 +52,7 @@ def _propagation(graph: CSRGraph, attention: torch.Tensor):
     return neighbors_of
 
 
-class BiInteractionLayer(nn.Module):
+class BiInteractionLayer(CompressedModule):
     """One KGAT layer: attentive propagation, then the bi-interaction aggregator, message dropout.
 
     `e_N = sum_t pi(h, r, t) e_t`, then `LeakyReLU(W1 (e_h + e_N)) + LeakyReLU(W2 (e_h * e_N))`
@@ -96,7 +97,7 @@ class BiInteractionLayer(nn.Module):
         return out, ops.l2_normalize(out, dim=-1, config=c)
 
 
-class RelationalPathLayer(nn.Module):
+class RelationalPathLayer(CompressedModule):
     """One KGIN hop (Wang et al. 2021, eq. 6-10), then message dropout and L2 normalisation.
 
     Entities: `e_h <- mean over (h, r, t) of e_r * e_t` (KG edges only). Users:
@@ -142,7 +143,7 @@ class RelationalPathLayer(nn.Module):
         return ops.l2_normalize(user, dim=-1, config=c), ops.l2_normalize(entity, dim=-1, config=c)
 
 
-class SumAggregator(nn.Module):
+class SumAggregator(CompressedModule):
     """KGCN's sum aggregator: `act(W dropout(e_v + sum_k w_k e_k) + b)`; tanh if `last`, else ReLU.
 
     `self_vectors [..., dim]`, `neighbor_vectors [..., K, dim]`, `weights [..., K]` (softmax over K).

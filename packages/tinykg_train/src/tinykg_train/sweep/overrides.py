@@ -2,7 +2,9 @@
 
 They edit the YAML mapping before it becomes a `SweepSpec`, so the file and the flags go through the
 same checks. A comma list of two or more values becomes a grid axis; a single value becomes a fixed
-setting; either replaces whatever the file said about that setting.
+setting; either replaces whatever the file said about that setting. `--set` values are read as YAML
+(as `pipelines.train --set`), and a model-specific key (`--set independence_weight=1e-4`) goes into
+`train: extra:`, where TrainConfig checks its type.
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tinykg_train.config import TrainConfig
 from tinykg_train.errors import ConfigError
+from tinykg_train.model_defaults import knob
 from tinykg_train.sweep.spec import mapping_or_empty as _mapping
 
 
@@ -22,12 +26,17 @@ def split_list(text: str, flag: str) -> list[str]:
     return items
 
 
-def parse_assignment(text: str) -> tuple[str, str]:
-    """ "batch_size=256" -> ("batch_size", "256")."""
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """ "batch_size=256" -> ("batch_size", 256): the value read as YAML (TrainConfig coerces it)."""
+    import yaml
+
     key, sep, value = text.partition("=")
     if not sep or not key.strip() or not value.strip():
         raise ConfigError(f"--set: expected KEY=VALUE like batch_size=256 (got {text!r})")
-    return key.strip(), value.strip()
+    try:
+        return key.strip(), yaml.safe_load(value.strip())
+    except yaml.YAMLError:
+        raise ConfigError(f"--set {key.strip()}: {value.strip()!r} is not a valid value") from None
 
 
 def apply_overrides(
@@ -61,7 +70,11 @@ def apply_overrides(
             space[name] = items
             train.pop(name, None)
     for text in settings:
-        fix(*parse_assignment(text))
+        key, value = parse_assignment(text)
+        if key not in TrainConfig.field_names() and knob(key) is not None:
+            train["extra"] = {**_mapping(train.get("extra"), "train.extra"), key: value}
+        else:
+            fix(key, value)
     resources = dict(_mapping(result.get("resources"), "resources"))
     for key, value in dict(top).items():
         if value is None:

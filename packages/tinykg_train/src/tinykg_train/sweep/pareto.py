@@ -7,12 +7,11 @@ other, so all copies of a front point stay on it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from tinykg_train.sweep.summary import TrialRow
+from tinykg_train.compression_defaults import width_label
 
 WIDTH_COLOURS = {"int1": "tab:red", "int2": "tab:orange", "int4": "tab:green", "int8": "tab:blue",
                  "fp32": "black"}  # fmt: skip
@@ -20,13 +19,26 @@ ADAPTIVE_COLOURS = ("tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cya
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 
-def width_label(settings: dict[str, str]) -> str:
+class ChartPoint(Protocol):
+    """What the chart reads of a trial (`summary.TrialRow` has it; this module imports no summary,
+    which imports `pareto_front` from here)."""
+
+    settings: Mapping[str, str]
+    recall: float | None
+    pareto: bool
+
+    @property
+    def activation_mb(self) -> float | None: ...
+
+    @property
+    def comparable(self) -> bool: ...
+
+
+def trial_width(settings: Mapping[str, str]) -> str:
     """How the chart names a trial's width: fp32, int2, ..., auto, or auto with its memory budget
     ("auto <= 300MB") when the trial had one."""
-    from tinykg_train.config import width_name
-
-    bits = settings["bits"]
-    label = width_name(int(bits) if str(bits).isdigit() else str(bits))
+    bits = str(settings["bits"])
+    label = width_label(int(bits) if bits.isdigit() else bits)
     budget = settings.get("memory_budget")
     return f"{label} <= {budget}" if budget not in (None, "", "None") else label
 
@@ -59,7 +71,7 @@ def pareto_front(memory: Sequence[float], quality: Sequence[float]) -> list[int]
     return front
 
 
-def pareto_chart(rows: Sequence[TrialRow], path: Path, title: str) -> Path | None:
+def pareto_chart(rows: Sequence[ChartPoint], path: Path, title: str) -> Path | None:
     """Activation MB vs test Recall@20: colour = width (fp32, int2, auto, auto with its memory budget),
     marker = model, the front as a dashed step line.
 
@@ -74,7 +86,7 @@ def pareto_chart(rows: Sequence[TrialRow], path: Path, title: str) -> Path | Non
     points = [row for row in rows if row.comparable]
     if not points:
         return None
-    widths = sorted({width_label(row.settings) for row in points}, key=width_order)
+    widths = sorted({trial_width(row.settings) for row in points}, key=width_order)
     models = sorted({row.settings["model"] for row in points})
     adaptive = iter(ADAPTIVE_COLOURS * len(widths))
     colour = {w: WIDTH_COLOURS.get(w) or next(adaptive) for w in widths}
@@ -85,7 +97,7 @@ def pareto_chart(rows: Sequence[TrialRow], path: Path, title: str) -> Path | Non
         axes.scatter(
             row.activation_mb,
             row.recall,
-            color=colour[width_label(row.settings)],
+            color=colour[trial_width(row.settings)],
             marker=marker[row.settings["model"]],
             s=60,
             edgecolors="black" if row.pareto else "none",

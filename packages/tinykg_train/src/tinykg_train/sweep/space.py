@@ -10,6 +10,8 @@ Axis forms (YAML `space:` entries; a CLI comma list such as `--bits 2,32` is a g
 
 Every listed value (and each range's ends) goes through `TrainConfig`, so a value that would make a
 trial fail is refused before Ray starts, with the same one-line message `pipelines.train` gives.
+Each trial's settings sit on its model's own defaults (`TrainConfig.layered`): a `model` axis gives
+every trial its model's hyperparameters unless `train:` or another axis sets them.
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ NOT_SWEEPABLE = PER_SWEEP | {"extra"}
 
 
 def check_settings(settings: Mapping[str, Any], source: str) -> TrainConfig:
-    """A TrainConfig of `settings` (with a placeholder dataset): raises the one-line ConfigError."""
-    return TrainConfig.from_dict({**settings, "data": settings.get("data") or "?"}, source=source)
+    """The TrainConfig a trial with `settings` gets (its model's defaults underneath; a placeholder
+    dataset): raises the one-line ConfigError."""
+    return TrainConfig.layered({**settings, "data": settings.get("data") or "?"}, source=source)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from typing import Any
 
 from tinykg_train.config import read_yaml_mapping
 from tinykg_train.errors import ConfigError
+from tinykg_train.model_defaults import check_extra_keys
 from tinykg_train.sweep.space import PER_SWEEP, Axis, check_settings, normalized_train, parse_axis
 
 TOP_LEVEL_KEYS = (
@@ -87,6 +88,8 @@ class SweepSpec:
                 "and the output folder with --out (every trial gets its own run dir)"
             )
         check_settings(self.train, "train")
+        if self.model_builder is None:  # the built-in models read only their knobs
+            check_extra_keys(self.train.get("extra") or {})
         names = [axis.name for axis in self.axes]
         if len(set(names)) != len(names):
             raise ConfigError(f"space: a setting is swept twice ({', '.join(names)})")

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tinykg_train.config import TrainConfig, width_name
+from tinykg_train.compression_defaults import width_label
+from tinykg_train.config import TrainConfig
 from tinykg_train.run_dir import RunDir
 from tinykg_train.sweep.mlflow_runs import ERROR_TAG, STOPPED_TAG, SWEEP_TAG, TRIAL_TAG, error_line
 from tinykg_train.sweep.reporting import StoppedByScheduler, TuneReporter
@@ -53,8 +54,7 @@ class TrialSetup:
 def trial_label(settings: Mapping[str, Any]) -> str:
     """A short readable name from a trial's settings, e.g. "kgat-int2-lr0.001-seed0" ("fp32": 32 bits)."""
     config = check_settings(settings, "trial")
-    width = width_name(config.bits)
-    return f"{config.model}-{width}-lr{config.lr:g}-seed{config.seed}"
+    return f"{config.model}-{width_label(config.bits)}-lr{config.lr:g}-seed{config.seed}"
 
 
 class TrialNamer:
@@ -83,6 +83,18 @@ def trial_device(requested: str, gpu_ids: list) -> str:
     return "cpu" if requested == "auto" and not gpu_ids else requested
 
 
+def trial_threads(requested: int | None, assigned_cpus: float | None) -> int | None:
+    """Torch threads of a trial: `threads` when set, else the CPUs Ray gave the trial (at least 1,
+    at most what this process may use); None (the trainer's auto choice) when Ray says nothing."""
+    if requested is not None:
+        return requested
+    if not assigned_cpus:
+        return None
+    from tinykg_train.threads import available_cpus
+
+    return max(1, min(int(assigned_cpus), available_cpus()))
+
+
 def run_trial(params: Mapping[str, Any], setup: TrialSetup) -> None:
     """Train one trial; `params` are its sampled settings (the Tune trial config)."""
     import ray
@@ -95,9 +107,12 @@ def run_trial(params: Mapping[str, Any], setup: TrialSetup) -> None:
     settings = {**setup.train, **params}
     gpus = ray.get_runtime_context().get_accelerator_ids().get("GPU", [])
     settings["device"] = trial_device(settings.get("device", "auto"), gpus)
+    cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
+    settings["threads"] = trial_threads(settings.get("threads"), cpus)
     tracker = setup.tracker(trial_id, settings)
-    config = TrainConfig.from_dict(
-        {**settings, "out": str(run_dir.path), "resume": run_dir.checkpoint.exists()}
+    config = TrainConfig.layered(  # the trial's model's defaults under train: and the axes
+        {**settings, "out": str(run_dir.path), "resume": run_dir.checkpoint.exists()},
+        source=f"trial {trial_id}",
     )
 
     reporter = TuneReporter(config.epochs)
