@@ -26,6 +26,7 @@ from tinykg_train.epoch import evaluate_epoch, train_epoch
 from tinykg_train.errors import TinyKGError
 from tinykg_train.memory import cuda_peak_bytes, peak_rss_bytes, reset_cuda_peak
 from tinykg_train.run_dir import write_json_atomic, write_yaml_atomic
+from tinykg_train.runtime import kernel_calls, run_record
 from tinykg_train.session import ModelBuilder, Session, open_session, save_session
 from tinykg_train.tracking import Tracker
 from tinykg_train.training_state import STOP_METRIC
@@ -76,8 +77,14 @@ def fit(session: Session, tracker: Tracker | None, on_epoch: Callable[[dict], An
             on_epoch(epoch_report(session, row))
 
 
-def final_result(session: Session, test: dict[str, float], device_label: str) -> dict[str, Any]:
-    """The content of metrics.json: test metrics of the best epoch, histories, memory, the config."""
+def final_result(
+    session: Session,
+    test: dict[str, float],
+    device_label: str,
+    kernels_since: dict[str, dict[str, int]] | None = None,
+) -> dict[str, Any]:
+    """The content of metrics.json: test metrics of the best epoch, histories, memory, the config,
+    and what ran (`runtime.run_record`: the kernel calls after `kernels_since`, per backend)."""
     config, state = session.config, session.state
     measured = [b for b in state.column("activation_bytes") if b is not None]
     result: dict[str, Any] = {
@@ -101,6 +108,7 @@ def final_result(session: Session, test: dict[str, float], device_label: str) ->
         "cuda_max_memory_allocated": cuda_peak_bytes(session.device),
         "n_parameters": sum(p.numel() for p in session.model.parameters()),
         "resumed_at_epoch": session.resumed_at,
+        **run_record(kernels_since),
         "config": config.to_dict(),
     }
     if session.kg_batches is not None:
@@ -108,14 +116,16 @@ def final_result(session: Session, test: dict[str, float], device_label: str) ->
     return result
 
 
-def finish(session: Session, device_label: str) -> dict[str, Any]:
+def finish(
+    session: Session, device_label: str, kernels_since: dict[str, dict[str, int]] | None = None
+) -> dict[str, Any]:
     """Rank the test split with the best epoch's weights; write metrics.json and the memory report."""
     state, run = session.state, session.run
     if state.best_model is None:
         raise TinyKGError(f"{run.path}: no epoch was evaluated, so there is no best model to test")
     session.model.load_state_dict(state.best_model)
     test = session.evaluator.evaluate(session.model, "test")
-    result = final_result(session, test, device_label)
+    result = final_result(session, test, device_label, kernels_since)
     if state.activation_by_module:
         write_activation_table(run.activation_table, state.activation_by_module)
         write_activation_chart(
@@ -145,6 +155,7 @@ def train(
     propagates. `model_builder` replaces `tinykg_train.models.build_model` (for a model of your own
     that follows the Recommender contract).
     """
+    kernels_before = kernel_calls()  # metrics.json records the backends this run's calls ran on
     device = resolve_device(config.device)
     device_label = describe_device(device)
     reset_cuda_peak(device)
@@ -161,7 +172,7 @@ def train(
     write_yaml_atomic(run.config, config.to_dict())
     try:
         fit(session, tracker, on_epoch)
-        result = finish(session, device_label)
+        result = finish(session, device_label, kernels_before)
         if tracker is not None:
             tracker.finish(result, run)
     except KeyboardInterrupt:
