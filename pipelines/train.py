@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from pipelines._cli import run_cli
+from pipelines._cli import prog_name, run_cli
 
 # (flag, TrainConfig field, metavar, help). Values are parsed by TrainConfig, so a wrong one is a
 # one-line error naming the setting.
@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     from tinykg_train.config import TrainConfig
 
     parser = argparse.ArgumentParser(
-        prog="python -m pipelines.train",
+        prog=prog_name("train"),
         description=(
             "Train a knowledge-graph recommender with compressed activations. Writes RUN_DIR/"
             "metrics.json (test Recall/NDCG of the best valid epoch, activation bytes, epoch "
