@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks._report import markdown_table, width_label
+from benchmarks._report import figure_name, markdown_table, width_label
 
 GOAL_RECALL_RATIO = 0.99  # KGAT INT2 / FP32 test Recall@20
 GOAL_EPOCH_RATIO = 1.10  # INT2 / FP32 epoch seconds on the CPU
@@ -215,6 +215,17 @@ def plot(dataset: str, models: dict[str, dict[int, Cell]], device_label: str, pa
     return path
 
 
+def kernel_backends(runs: Sequence[Run]) -> str:
+    """The tinykg_kernels backends the runs' calls ran on, with how many runs used each (runs
+    written before metrics.json recorded them are left out); empty when none recorded."""
+    counts: dict[str, int] = {}
+    for run in runs:
+        used = {b for per_op in run.metrics.get("kernels_backends", {}).values() for b in per_op}
+        for backend in used:
+            counts[backend] = counts.get(backend, 0) + 1
+    return ", ".join(f"{backend} ({n} of {len(runs)} runs)" for backend, n in sorted(counts.items()))
+
+
 def report(
     runs: Sequence[Run],
     configs: dict[Any, Any],
@@ -223,8 +234,8 @@ def report(
     figures: Path | None,
     note: str = "",
 ) -> tuple[str, str, str]:
-    """(title, body, the results tables alone) for BENCHMARKS.md; draws one figure per dataset
-    into `figures` unless it is None."""
+    """(title, body, the results tables alone) for section `section` of BENCHMARKS.md (the runs of
+    one dataset); draws its figure into `figures` unless it is None."""
     import torch
 
     grid = group(runs)
@@ -249,14 +260,17 @@ def report(
         tables.append(f"{dataset}:\n\n{table}")
         parts += [f"### {dataset}", table, "\n".join(goal_lines(models, device.type))]
         if figures is not None:
-            name = f"memory_vs_accuracy-{section}-{dataset}.png"  # one per section: runs differ
+            name = figure_name(section)
             plot(dataset, models, device_label, figures / name)
             parts.append(f"![memory vs accuracy on {dataset}](benchmarks/figures/{name})")
+    backends = kernel_backends(runs)
+    if backends:
+        parts.append(f"Kernel backends that ran (tinykg_kernels, from metrics.json): {backends}.")
     if device.type == "cpu":
         parts.append(
             f"CPU threads: {torch.get_num_threads()}; load average (1 min) when this report was "
             f"written: {os.getloadavg()[0]:.2f} (the machine is shared: other work during the runs "
             "slows their epochs)."
         )
-    title = f"Accuracy per bit width ({', '.join(grid)}; {device_label}) [{section}]"
+    title = f"Accuracy per bit width ({', '.join(grid)}; {device_label})"
     return title, "\n\n".join(part for part in parts if part), "\n\n".join(tables)

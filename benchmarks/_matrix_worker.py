@@ -54,7 +54,7 @@ def serve(config_path: Path, threads: int) -> int:
             row = run_epoch(session, session.state.next_epoch)
             send({"epoch_seconds": row["epoch_seconds"], "done": is_done(session)})
         elif command == "finish":
-            result = finish(session, describe_device(device), torch.get_num_threads())
+            result = finish(session, describe_device(device))
             send({"recall@20": result["recall@20"]})
             return 0
         else:

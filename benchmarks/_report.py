@@ -1,8 +1,12 @@
 """Write one benchmark's section of BENCHMARKS.md, with the command, machine and date it was measured on.
 
-Each script owns one section, delimited by HTML comments, so scripts can run alone and in any order
-without clobbering each other. `TINYKG_BENCHMARKS_MD` redirects the file (e.g. on the GPU machine,
-into its output folder, to be merged back here).
+BENCHMARKS.md holds current results only: one section per (benchmark, dataset, device), named by
+`section_name` (`accuracy-music-kgcn-cpu`, `kernels-cuda`), delimited by HTML comments, so scripts
+can run alone and in any order without clobbering each other, and a re-run replaces its section
+(superseded runs live in git history). Names that do not follow the rule are refused: an experiment
+that needs its own label runs with `--no-write`, or with `TINYKG_BENCHMARKS_MD` pointing at a file of
+its own. `TINYKG_BENCHMARKS_MD` also redirects the file on the GPU machine, into its output folder,
+to be merged back here (`benchmarks.merge_sections`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,20 @@ import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# every benchmark that writes BENCHMARKS.md, in the order its sections appear there
+BENCHMARKS = (
+    "accuracy-matrix",  # the headline: every dataset, model and width against FP32
+    "ingest",
+    "sampling",
+    "compress",
+    "kernels",
+    "memory",
+    "gradient-error",
+    "sensitivity",
+    "accuracy",
+    "epoch-time",
+)
+DEVICES = ("cpu", "cuda")
 FIGURES = REPO_ROOT / "benchmarks" / "figures"
 SHARED_DATA = Path(os.environ.get("TINYKG_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 
@@ -83,8 +101,56 @@ def invoked_command() -> str:
     return shlex.join([*head, *sys.argv[1:]])
 
 
+def section_name(benchmark: str, device: str, dataset: str | None = None) -> str:
+    """The one section of BENCHMARKS.md for `benchmark` on `dataset` (None: the benchmark has no
+    dataset, or measures a fixed set of them in one run) and `device` (`cpu` or `cuda`):
+    `<benchmark>[-<dataset>]-<device>`, the dataset lowercased with other characters than
+    letters, digits and dots as `-`."""
+    if benchmark not in BENCHMARKS:
+        raise ValueError(f"benchmark must be one of {', '.join(BENCHMARKS)} (got {benchmark!r})")
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {', '.join(DEVICES)} (got {device!r})")
+    slug = re.sub(r"[^a-z0-9.]+", "-", (dataset or "").lower()).strip("-")
+    if dataset is not None and not slug:
+        raise ValueError(f"dataset {dataset!r} has no letter or digit to name a section by")
+    return "-".join(part for part in (benchmark, slug, device) if part)
+
+
+def parse_section_name(name: str) -> tuple[str, str | None, str]:
+    """(benchmark, dataset or None, device) of a name `section_name` makes; a ValueError names the
+    rule for anything else."""
+    for benchmark in sorted(BENCHMARKS, key=len, reverse=True):
+        if not name.startswith(f"{benchmark}-"):
+            continue
+        rest = name[len(benchmark) + 1 :]
+        for device in DEVICES:
+            if rest == device:
+                return benchmark, None, device
+            dataset = rest[: -len(device) - 1]
+            if rest.endswith(f"-{device}") and section_name(benchmark, device, dataset) == name:
+                return benchmark, dataset, device
+    raise ValueError(
+        f"section {name!r} does not follow <benchmark>[-<dataset>]-<device> (benchmark one of "
+        f"{', '.join(BENCHMARKS)}; device cpu or cuda): BENCHMARKS.md keeps one current section "
+        "per benchmark, dataset and device; run an experiment with --no-write instead"
+    )
+
+
+def figure_name(section: str) -> str:
+    """The file name of a section's figure under benchmarks/figures: the section's own name, so a
+    re-run replaces it and a pruned section's figure is easy to find."""
+    return f"{section}.png"
+
+
+def _order(name: str) -> tuple[int, str, str]:
+    benchmark, dataset, device = parse_section_name(name)
+    return BENCHMARKS.index(benchmark), dataset or "", device
+
+
 def write_section(section: str, title: str, body: str, command: str | None = None) -> Path:
-    """Replace (or append) section `section` of BENCHMARKS.md with `body` under a provenance header."""
+    """Replace section `section` of BENCHMARKS.md with `body` under a provenance header, or insert it
+    where its benchmark's sections are (`BENCHMARKS` order, then dataset and device)."""
+    parse_section_name(section)  # refuses free-form names
     path = benchmarks_md()
     begin, end = f"<!-- begin:{section} -->", f"<!-- end:{section} -->"
     stamp = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -98,16 +164,30 @@ def write_section(section: str, title: str, body: str, command: str | None = Non
     text = (
         path.read_text()
         if path.exists()
-        else "# Benchmarks\n\nEvery figure below was measured by the script named in its section, in one run.\n"
+        else "# Benchmarks\n\nEvery figure below was measured by the script named in its section, in "
+        "one run. One section per benchmark, dataset and device, holding its latest run (a re-run "
+        "replaces it; earlier runs are in the git history of this file).\n"
     )
     pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.DOTALL)
-    text = (
-        pattern.sub(lambda _: block, text)
-        if pattern.search(text)
-        else text.rstrip() + "\n\n" + block + "\n"
-    )
+    if pattern.search(text):
+        text = pattern.sub(lambda _: block, text)
+    else:
+        text = insert_section(text, section, block)
     path.write_text(text)
     return path
+
+
+def insert_section(text: str, section: str, block: str) -> str:
+    """`text` with `block` before the first section that sorts after `section`, else at the end
+    (sections with names outside the rule are passed over)."""
+    for match in re.finditer(r"<!-- begin:(?P<name>[\w.-]+) -->", text):
+        try:
+            later = _order(match["name"]) > _order(section)
+        except ValueError:
+            continue
+        if later:
+            return text[: match.start()] + block + "\n\n" + text[match.start() :]
+    return text.rstrip() + "\n\n" + block + "\n"
 
 
 def publish_section(section: str, title: str, body: str, *, write: bool) -> Path | None:

@@ -2,7 +2,7 @@
 
     python -m benchmarks.bench_accuracy [--datasets lfm1m-kgat,music-kgcn] [--models kgat,...]
         [--bits 32,8,4,2,1] [--seeds 0,1,2] [--epochs N] [--max-batches-per-epoch N]
-        [--set [MODEL.]KEY=VALUE ...] [--device auto|cpu|cuda] [--threads N] [--section NAME]
+        [--set [MODEL.]KEY=VALUE ...] [--device auto|cpu|cuda] [--threads N] [--note TEXT]
         [--out runs/bench_accuracy] [--tracking-uri URI] [--budget-s S] [--no-write]
 
 Every run goes through `tinykg_train.trainer.train` (the code of `pipelines.train`) with the model's
@@ -12,8 +12,11 @@ and the flags above; MLflow is off unless `--tracking-uri` is given. Runs live i
 (its settings must match, else the script stops and says so), and a run that holds only a checkpoint
 is resumed, so a sequence of time-limited commands completes the matrix. `--budget-s` stops starting
 new runs after that many seconds, then reports what is finished. The report (mean ± std over seeds,
-ratios INTb / FP32) goes to section `--section` of BENCHMARKS.md (`TINYKG_BENCHMARKS_MD` redirects
-it) and the memory-vs-accuracy plots to benchmarks/figures (`TINYKG_FIGURES_DIR` redirects them).
+ratios INTb / FP32) goes to one section of BENCHMARKS.md per dataset, `accuracy-<dataset>-<device>`,
+which the next run on that dataset and device replaces, whatever models it trains
+(`TINYKG_BENCHMARKS_MD` redirects the file; an experiment that should not replace the current
+results runs with `--no-write`), and its memory-vs-accuracy plot to benchmarks/figures/<section>.png
+(`TINYKG_FIGURES_DIR` redirects them).
 """
 
 from __future__ import annotations
@@ -30,7 +33,13 @@ from typing import Any
 from benchmarks._accuracy_report import Run, report
 from benchmarks._cli import add_device_options, comma_list
 from benchmarks._datasets import DatasetUnavailable, resolve_dataset
-from benchmarks._report import REPO_ROOT, figures_dir_for, publish_section, width_label
+from benchmarks._report import (
+    REPO_ROOT,
+    figures_dir_for,
+    publish_section,
+    section_name,
+    width_label,
+)
 from tinykg_train.config import MODELS
 
 DATASETS = ("lfm1m-kgat", "music-kgcn")
@@ -167,7 +176,6 @@ def build_parser() -> argparse.ArgumentParser:
         "model's runs (e.g. bprmf.epochs=100); repeatable",
     )
     add_device_options(parser)
-    parser.add_argument("--section", help="BENCHMARKS.md section (default accuracy-<device>)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "runs" / "bench_accuracy")
     parser.add_argument("--tracking-uri", help="log every run to this MLflow store (default: off)")
     parser.add_argument(
@@ -229,11 +237,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not results:
         print("no run has finished: nothing to report (BENCHMARKS.md left as it is)")
         return 0
-    section = args.section or f"accuracy-{device.type}"
     figures = figures_dir_for(write=not args.no_write)
-    title, body, table = report(results, configs, section, device, figures, args.note)
-    print(table)
-    publish_section(section, title, body, write=not args.no_write)
+    for dataset in dict.fromkeys(r.dataset for r in results):  # one section per dataset
+        section = section_name("accuracy", device.type, dataset)
+        ran = [r for r in results if r.dataset == dataset]
+        planned = {run: config for run, config in configs.items() if run.dataset == dataset}
+        title, body, table = report(ran, planned, section, device, figures, args.note)
+        print(table)
+        publish_section(section, title, body, write=not args.no_write)
     missing = len(runs) - len(results)
     if missing:
         print(f"{missing} of {len(runs)} runs not finished: run the same command again to continue")

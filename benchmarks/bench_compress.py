@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks._report import SHARED_DATA, markdown_table, publish_section
+from benchmarks._report import SHARED_DATA, markdown_table, publish_section, section_name
 from tinykg_train.compress import (
     ActivationMeter,
     CompressionConfig,
@@ -38,7 +38,6 @@ from tinykg_train.compress import (
 from tinykg_train.compress import modules as cm
 from tinykg_train.compression_defaults import width_label
 
-SECTION = "compress"
 BITS = (32, 8, 4, 2, 1)
 GOALS = {2: 10.0, 1: 16.0}
 
@@ -278,7 +277,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(body)
     publish_section(
-        SECTION, "Compressed activations (tinykg_train.compress)", body, write=not args.no_write
+        section_name("compress", "cpu", args.raw.name),
+        "Compressed activations (tinykg_train.compress)",
+        body,
+        write=not args.no_write,
     )
     return 0
 

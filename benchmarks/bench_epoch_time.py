@@ -12,7 +12,7 @@ evaluation) and report its `epoch_seconds`.
 `--allocator` picks the workers' CPU allocator (`tinykg_train.allocator`): `tuned`, what the trainer
 sets on the CPU, glibc's `default`, whose page faults slow the widths by different amounts, or
 `both`: four workers (two widths, two allocators) taking turns, so the allocators are compared in the
-same rounds. Sections `epoch-time-cpu`, `epoch-time-cpu-glibc-default`, `epoch-time-cpu-allocators`.
+same rounds. Section `epoch-time-<dataset>-cpu` (the latest run, whichever allocators it timed).
 
     python -m benchmarks.bench_epoch_time [--dataset music-kgcn] [--models kgat,kgin] [--bits 2]
         [--warmup 2] [--rounds 10] [--allocator tuned|default|both] [--no-write]
@@ -34,17 +34,19 @@ from tqdm.auto import tqdm
 
 from benchmarks._cli import comma_list
 from benchmarks._datasets import DatasetUnavailable, resolve_dataset
-from benchmarks._report import REPO_ROOT, markdown_table, publish_section, width_label
+from benchmarks._report import (
+    REPO_ROOT,
+    markdown_table,
+    publish_section,
+    section_name,
+    width_label,
+)
 from tinykg_train.allocator import CHOICES as ALLOCATORS
 from tinykg_train.allocator import ENV_VAR as ALLOCATOR_ENV
 from tinykg_train.compression_defaults import BITS
 from tinykg_train.config import MODELS
 
-SECTIONS = {  # by --allocator
-    "tuned": "epoch-time-cpu",
-    "default": "epoch-time-cpu-glibc-default",
-    "both": "epoch-time-cpu-allocators",
-}
+ALLOCATOR_CHOICES = ("tuned", "default", "both")  # --allocator
 ALLOCATOR_NAMES = {"tuned": "tuned", "default": "glibc default"}  # as the report says them
 
 
@@ -245,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=10, help="timed epochs per width")
     parser.add_argument(
         "--allocator",
-        choices=tuple(SECTIONS),
+        choices=ALLOCATOR_CHOICES,
         default="tuned",
         help="the workers' CPU allocator: the trainer's (tuned), glibc's default, or both in turns",
     )
@@ -291,7 +293,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"Epoch time, {width_label(args.bits)} against FP32, epochs taking turns ({dataset}; CPU, "
         f"{names} allocator{'s' if len(allocators) > 1 else ''})"
     )
-    publish_section(SECTIONS[args.allocator], title, body, write=not args.no_write)
+    section = section_name("epoch-time", "cpu", dataset)
+    publish_section(section, title, body, write=not args.no_write)
     return 0
 
 

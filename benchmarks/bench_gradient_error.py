@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from benchmarks._datasets import DatasetUnavailable, resolve_dataset
-from benchmarks._report import REPO_ROOT, markdown_table, publish_section
+from benchmarks._report import REPO_ROOT, markdown_table, publish_section, section_name
 from tinykg_train.config import MODELS
 
 
@@ -147,7 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     body = report(name, args.model, args.draws, fp32_bytes, results)
     print(body)
     title = f"Gradient error per compression setting ({args.model}, {name}; CPU)"
-    publish_section(f"gradient-error-{args.model}", title, body, write=not args.no_write)
+    section = section_name("gradient-error", "cpu", name)
+    publish_section(section, title, body, write=not args.no_write)
     return 0
 
 

@@ -24,7 +24,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks._report import FIGURES, REPO_ROOT, SHARED_DATA, markdown_table, write_section
+from benchmarks._report import (
+    FIGURES,
+    REPO_ROOT,
+    SHARED_DATA,
+    figure_name,
+    markdown_table,
+    section_name,
+    write_section,
+)
 
 GOAL_MB_S = 50.0
 SHARED = ("lfm1m-kgat", "ml-100k-recbole", "music-kgcn")
@@ -190,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         ],
     )
     generated = "; ".join(f"{name}: {s:.1f} s" for name, s in generation.items())
-    figure = FIGURES / "ingest_throughput.png"
+    section = section_name("ingest", "cpu")
+    figure = FIGURES / figure_name(section)
     plot(rows, figure)
     body = (
         f"Goal: >= {GOAL_MB_S:g} MB/s of raw text on 2 cores. MB = 10^6 bytes of the raw files the reader used. "
@@ -202,9 +211,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{table}\n\n"
         f"Synthetic KGAT dirs (`kg_data.synthetic.write_synthetic_kgat`, mean degree 30, items = users / 2) "
         f"took to generate: {generated}.\n\n"
-        f"![ingest throughput](figures/{figure.name})"
+        f"![ingest throughput](benchmarks/figures/{figure.name})"
     )
-    path = write_section("ingest", "Ingest throughput (kg_data.ingest)", body)
+    path = write_section(section, "Ingest throughput (kg_data.ingest)", body)
     print(f"wrote {path} and {figure}")
     return 0
 

@@ -3,10 +3,10 @@
     python -m benchmarks.bench_kernels              # CPU section; the CUDA section too on a GPU
     python -m benchmarks.bench_kernels --skip-cpu   # the CUDA section only
 
-- `kernels-cpu`: the torch path and the compiled codec on `[rows, 64]` float32 per bit width and
-  thread count: GB/s, each as a fraction of a copy of the same tensor, and `x.nbytes / q.nbytes`;
-  at INT2 the compiled codec's native loops against its inductor loops; the native CSR product
-  against torch's.
+- `kernels-cpu`: each CPU backend (`torch`, `cpu-native`, `cpu-inductor`) on `[rows, 64]` float32
+  per bit width and thread count: GB/s, each as a fraction of a copy of the same tensor, and
+  `x.nbytes / q.nbytes`; at INT2 the native loops against inductor's and against torch's path; the
+  native CSR product against torch's.
 - `kernels-cuda`: Triton vs torch on `[4M, 64]` float32, and each bandwidth as a fraction of a
   device-to-device copy of the same tensor timed in the same run (goal: >= 0.8 at INT2).
 
@@ -20,12 +20,11 @@ from __future__ import annotations
 import argparse
 import os
 import warnings
-from dataclasses import replace
 
 import torch
 
-from benchmarks._report import markdown_table, write_section
-from tinykg_kernels import dispatch, native
+from benchmarks._report import markdown_table, section_name, write_section
+from tinykg_kernels import csr_matmul, dispatch
 from tinykg_kernels.bench import (
     COPY_HEADERS,
     HEADERS,
@@ -36,30 +35,25 @@ from tinykg_kernels.bench import (
 )
 
 BITS = [1, 2, 4, 8]
-INDUCTOR = "compiled, inductor loops"  # the compiled backend with the native loops off
 
 
 def cpu_section(rows: int, repeats: int, threads: list[int]) -> None:
     load_before = os.getloadavg()[0]
     x = torch.randn(rows, 64)
+    backends = backends_for(x.device)
+    fastest = next(b for b in ("cpu-native", "cpu-inductor", "torch") if b in backends)
     table_rows, copies, by_key, csr_lines = [], [], {}, []
     for count in threads:
         torch.set_num_threads(count)
         copy = copy_gbps(x, repeats)
         copies.append(f"{copy:.2f} GB/s with {count} thread{'s' if count > 1 else ''}")
-        runs = [(backend, bits, True) for backend in backends_for(x.device) for bits in BITS]
-        if "compiled" in backends_for(x.device):
-            runs.append(("compiled", 2, False))  # without the noise: what the noise hash costs
+        runs = [(backend, bits, True) for backend in backends for bits in BITS]
+        runs.append((fastest, 2, False))  # without the noise: what drawing it costs
         for backend, bits, stochastic in runs:
             m = measure(x, bits, backend, repeats, stochastic=stochastic)
             by_key[(count, backend, bits, stochastic)] = m
             table_rows.append([count, *m.cells(copy)])
-        if "compiled" in backends_for(x.device) and native.available():
-            m = replace(
-                without_native(lambda: measure(x, 2, "compiled", repeats)), backend=INDUCTOR
-            )
-            by_key[(count, INDUCTOR, 2, True)] = m
-            table_rows.append([count, *m.cells(copy)])
+        if "cpu-native" in backends:
             csr_lines.append(csr_product_line(count, repeats))
     load_after = os.getloadavg()[0]
     lines = [
@@ -67,11 +61,11 @@ def cpu_section(rows: int, repeats: int, threads: list[int]) -> None:
         f"scale and zero point; median of {repeats} runs after a warm-up, per torch thread count. "
         f"A copy of the same tensor into a preallocated one (bytes read + written): "
         f"{'; '.join(copies)}; quantize and dequantize allocate their outputs, whose first touch "
-        "costs page faults a copy does not pay. `compiled` is "
-        "the compiled codec (`auto` picks it for CPU tensors of 4,096+ elements): native C++ loops "
-        "for float32 with bfloat16 parameters, inductor's (torch.compile) otherwise or with "
-        f"`TINYKG_KERNELS_NATIVE=0` (the `{INDUCTOR}` rows; their first call per shape family "
-        "compiles, outside the timing). Load average (1 min) at the start: "
+        "costs page faults a copy does not pay. Backends (`tinykg_kernels.dispatch`): `torch` the "
+        "eager torch path; `cpu-native` the C++ loops of `tinykg_kernels.native` (what `auto` runs "
+        "for CPU tensors of 4,096+ elements; float32 values with bfloat16 parameters, as here); "
+        "`cpu-inductor` the same math fused by inductor (torch.compile; its first call per shape "
+        "family compiles, outside the timing). Load average (1 min) at the start: "
         f"{load_before:.2f}, at the end: {load_after:.2f} (the machine is shared: other work on its "
         "cores slows every figure, multi-threaded runs most).",
         "",
@@ -81,48 +75,38 @@ def cpu_section(rows: int, repeats: int, threads: list[int]) -> None:
         "`[N, 64]` float32).",
     ]
     for count in threads:
-        if (count, INDUCTOR, 2, True) in by_key:
-            fused, inductor = (
-                by_key[(count, "compiled", 2, True)],
-                by_key[(count, INDUCTOR, 2, True)],
+        plural = "s" if count > 1 else ""
+        if (count, "cpu-inductor", 2, True) in by_key and (count, "cpu-native", 2, True) in by_key:
+            native, inductor = (
+                by_key[(count, "cpu-native", 2, True)],
+                by_key[(count, "cpu-inductor", 2, True)],
             )
             lines.append(
-                f"- INT2, {count} thread{'s' if count > 1 else ''}: the native loops (what "
-                f"`compiled` runs for float32 with bfloat16 parameters) over inductor's "
-                f"(`TINYKG_KERNELS_NATIVE=0`): quantize **{inductor.quantize_s / fused.quantize_s:.1f}x**, "
-                f"dequantize **{inductor.dequantize_s / fused.dequantize_s:.1f}x** faster."
+                f"- INT2, {count} thread{plural}: cpu-native over cpu-inductor: quantize "
+                f"**{inductor.quantize_s / native.quantize_s:.1f}x**, dequantize "
+                f"**{inductor.dequantize_s / native.dequantize_s:.1f}x** faster."
             )
     lines += csr_lines
     for count in threads:
-        if (count, "compiled", 2, True) in by_key:
-            eager, fused = by_key[(count, "torch", 2, True)], by_key[(count, "compiled", 2, True)]
-            nearest = by_key[(count, "compiled", 2, False)]
-            noise_share = 1 - nearest.quantize_s / fused.quantize_s
-            lines.append(
-                f"- INT2, {count} thread{'s' if count > 1 else ''}: compiled over torch path: "
-                f"quantize **{eager.quantize_s / fused.quantize_s:.1f}x**, dequantize "
-                f"**{eager.dequantize_s / fused.dequantize_s:.1f}x** faster; drawing the "
-                f"rounding noise (the counter hash) is {noise_share:.0%} of the compiled quantize."
-            )
-    write_section("kernels-cpu", "Quantize / dequantize on CPU (tinykg_kernels)", "\n".join(lines))
-
-
-def without_native(run):
-    """`run()` with the native loops off (`TINYKG_KERNELS_NATIVE=0`): the compiled backend's
-    inductor loops."""
-    before = os.environ.get(native.NATIVE_ENV)
-    os.environ[native.NATIVE_ENV] = "0"
-    try:
-        return run()
-    finally:
-        if before is None:
-            del os.environ[native.NATIVE_ENV]
-        else:
-            os.environ[native.NATIVE_ENV] = before
+        if fastest == "torch":
+            break
+        plural = "s" if count > 1 else ""
+        eager, fused = by_key[(count, "torch", 2, True)], by_key[(count, fastest, 2, True)]
+        nearest = by_key[(count, fastest, 2, False)]
+        noise_share = 1 - nearest.quantize_s / fused.quantize_s
+        lines.append(
+            f"- INT2, {count} thread{plural}: {fastest} over torch: quantize "
+            f"**{eager.quantize_s / fused.quantize_s:.1f}x**, dequantize "
+            f"**{eager.dequantize_s / fused.dequantize_s:.1f}x** faster; drawing the rounding noise "
+            f"(the counter hash) is {noise_share:.0%} of the {fastest} quantize."
+        )
+    title = "Quantize / dequantize on CPU (tinykg_kernels)"
+    write_section(section_name("kernels", "cpu"), title, "\n".join(lines))
 
 
 def csr_product_line(threads: int, repeats: int) -> str:
-    """`native.csr_matmul` against torch's CSR product on a random graph of KG size and degree."""
+    """`csr_matmul` on `cpu-native` against torch's CSR product on a random graph of KG size and
+    degree."""
     nodes, degree, width = 65_536, 8, 64
     generator = torch.Generator().manual_seed(0)
     rows = torch.arange(nodes).repeat_interleave(degree)
@@ -137,13 +121,15 @@ def csr_product_line(threads: int, repeats: int) -> str:
     x = torch.randn(nodes, width, generator=generator)
     crow, col = matrix.crow_indices().int(), matrix.col_indices().int()
     cpu = torch.device("cpu")
-    torch_s = median_seconds(lambda: matrix @ x, cpu, repeats)
+    torch_s = median_seconds(
+        lambda: csr_matmul(crow, col, matrix.values(), x, "torch"), cpu, repeats
+    )
     native_s = median_seconds(
-        lambda: native.csr_matmul(crow, col, matrix.values(), x), cpu, repeats
+        lambda: csr_matmul(crow, col, matrix.values(), x, "cpu-native"), cpu, repeats
     )
     return (
-        f"- CSR product (`native.csr_matmul`, what `CSRGraph` runs on the CPU) against torch's, "
-        f"{nodes:,} x {nodes:,} with {degree} entries a row, width {width}, {threads} "
+        f"- CSR product (`tinykg_kernels.csr_matmul`, what `CSRGraph` runs), cpu-native against "
+        f"torch's, {nodes:,} x {nodes:,} with {degree} entries a row, width {width}, {threads} "
         f"thread{'s' if threads > 1 else ''}: {native_s * 1e3:.2f} ms against "
         f"{torch_s * 1e3:.2f} ms (**{torch_s / native_s:.1f}x** faster)."
     )
@@ -181,9 +167,8 @@ def cuda_section(rows: int, repeats: int) -> None:
             )
     else:
         lines.append("- Triton is not importable here: torch path only.")
-    write_section(
-        "kernels-cuda", "Quantize / dequantize on CUDA (tinykg_kernels)", "\n".join(lines)
-    )
+    title = "Quantize / dequantize on CUDA (tinykg_kernels)"
+    write_section(section_name("kernels", "cuda"), title, "\n".join(lines))
 
 
 def main() -> None:

@@ -49,7 +49,14 @@ from benchmarks._matrix_report import (
     verdict_counts,
     width_label,
 )
-from benchmarks._report import REPO_ROOT, figures_dir_for, markdown_table, publish_section
+from benchmarks._report import (
+    REPO_ROOT,
+    figure_name,
+    figures_dir_for,
+    markdown_table,
+    publish_section,
+    section_name,
+)
 
 PLAN = REPO_ROOT / "benchmarks" / "matrix.yaml"
 CONFIGS = REPO_ROOT / "configs"
@@ -424,8 +431,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     device = next(iter(next(iter(configs.values())).values())).device
     device_label = "CPU" if device in ("cpu", "auto") else device
     figures = figures_dir_for(write=not args.no_write)
-    section = f"accuracy-matrix-{'cpu' if device_label == 'CPU' else 'cuda'}"
-    figure = plot(cells, figures / f"{section}.png") if figures is not None else None
+    section = section_name("accuracy-matrix", "cpu" if device_label == "CPU" else "cuda")
+    figure = plot(cells, figures / figure_name(section)) if figures is not None else None
     settings = {(g.dataset, g.model): configs[g][FP32] for g in groups}
     body = report(cells, settings, device_label, args.threads, figure)
     print(results_table(cells))

@@ -11,10 +11,10 @@ Every width of a model trains on the same pre-drawn batch, so drawing batches is
 (zero_grad, forward, backward, Adam) is the median of `--repeats` steps after a warm-up, the widths
 taking turns so that load from other processes hits them alike.
 
-On CUDA the section `memory-cuda` also gives, per step, `torch.cuda.max_memory_allocated` during one
-step minus what was allocated before it (so parameters, Adam state, graph buffers and the batch are
-excluded; what is left is activations, temporaries and gradients), measured on a step after the
-warm-up. On the CPU the section is `memory`.
+Section `memory-<dataset>-<device>`. On CUDA it also gives, per step, `torch.cuda.max_memory_allocated`
+during one step minus what was allocated before it (so parameters, Adam state, graph buffers and the
+batch are excluded; what is left is activations, temporaries and gradients), measured on a step after
+the warm-up.
 """
 
 from __future__ import annotations
@@ -33,14 +33,19 @@ import torch
 
 from benchmarks._cli import add_device_options, comma_list
 from benchmarks._datasets import DatasetUnavailable, resolve_dataset
-from benchmarks._report import figures_dir_for, markdown_table, publish_section, width_label
-from tinykg_kernels import dispatch
+from benchmarks._report import (
+    figure_name,
+    figures_dir_for,
+    markdown_table,
+    publish_section,
+    section_name,
+    width_label,
+)
+from tinykg_kernels import backend_usage, dispatch
 from tinykg_train.config import MODELS
 
 BITS = (32, 8, 4, 2, 1)
 GOALS = {("kgat", 2): 10.0, ("kgat", 1): 16.0}  # FP32 / INTb of the bytes held for backward
-FIGURE = "activation_memory.png"
-FIGURE_CUDA = "activation_memory_cuda.png"
 
 
 class OneBatch:
@@ -232,8 +237,10 @@ def report(
     repeats: int,
     sizes: str,
     figures: Path | None,
+    kernel_calls: dict[str, dict[str, int]] | None = None,
 ) -> tuple[str, str, str]:
-    """(section name, title, body) for BENCHMARKS.md; draws the figure into `figures` unless None."""
+    """(section name, title, body) for BENCHMARKS.md; draws the figure into `figures` unless None.
+    `kernel_calls`: `tinykg_kernels.backend_usage` over the run (what the codec calls ran on)."""
     intro = (
         f"One training step of each model on {dataset} with the default `TrainConfig` sizes ({sizes}), "
         "run by the trainer's own code (`open_session` + `run_phase` on one CF batch, the same batch "
@@ -250,8 +257,8 @@ def report(
     parts.append("\n".join(goal_lines(results)))
     if device.type == "cuda":
         gpu = torch.cuda.get_device_name(device)
-        section, title = "memory-cuda", f"Activation memory per model and bit width (CUDA, {gpu})"
-        key, name, what = (lambda m: m.cuda_step_peak_bytes), FIGURE_CUDA, "CUDA step memory"
+        title = f"Activation memory per model and bit width ({dataset}; CUDA, {gpu})"
+        key, what = (lambda m: m.cuda_step_peak_bytes), "CUDA step memory"
         figure_args = ("MiB, step peak - before (log)", f"CUDA memory of one step on {dataset}")
         parts[0] = f"GPU: **{gpu}**. {intro}"
         parts += [
@@ -264,8 +271,8 @@ def report(
             time_table(results, bits_list),
         ]
     else:
-        section, title = "memory", "Activation memory per model and bit width (CPU)"
-        key, name, what = held, FIGURE, "activation memory"
+        title = f"Activation memory per model and bit width ({dataset}; CPU)"
+        key, what = held, "activation memory"
         figure_args = ("MiB held for backward (log)", f"Activation memory of one step on {dataset}")
         parts += [
             timing,
@@ -273,14 +280,26 @@ def report(
             f"CPU threads: {torch.get_num_threads()}; load average (1 min) at the end: "
             f"{os.getloadavg()[0]:.2f} (other work on the shared cores slows every figure; the "
             "ratios compare steps taken side by side). Quantizing and dequantizing run on the "
-            f"`{dispatch.requested_backend()}` backend of tinykg_kernels (`auto`: the compiled "
-            "codec for CPU tensors of 4,096+ elements, the torch path for smaller ones, Triton on "
-            "CUDA); the compiling happens in the warm-up step, outside the timing.",
+            f"`{dispatch.requested_backend()}` backend of tinykg_kernels (`auto`: native C++ loops "
+            "for CPU tensors of 4,096+ elements, the torch path for smaller ones, Triton on CUDA); "
+            "any compiling happens in the warm-up step, outside the timing.",
         ]
+    if kernel_calls:
+        parts.append(f"Kernel calls by the backend that ran them: {calls_line(kernel_calls)}.")
+    section = section_name("memory", device.type, dataset)
     if figures is not None:
+        name = figure_name(section)
         plot(results, bits_list, key, *figure_args, figures / name)
         parts.append(f"![{what} per model and width](benchmarks/figures/{name})")
     return section, title, "\n\n".join(part for part in parts if part)  # no goal: no line
+
+
+def calls_line(usage: dict[str, dict[str, int]]) -> str:
+    """`backend_usage` as one line: `quantize: cpu-native 120, torch 8; ...`."""
+    return "; ".join(
+        f"{op}: " + ", ".join(f"{backend} {calls:,}" for backend, calls in per_op.items())
+        for op, per_op in usage.items()
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -318,6 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"batch {defaults.batch_size}, embedding {defaults.embed_dim}, {defaults.n_layers} layers"
     )
     results: list[Measurement] = []
+    calls_before = backend_usage()
     for model in args.models:
         for m in measure_model(data, model, bits_list, device, args.repeats):
             results.append(m)
@@ -331,7 +351,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 flush=True,
             )
     figures = figures_dir_for(write=not args.no_write)
-    section, title, body = report(results, bits_list, dataset, device, args.repeats, sizes, figures)
+    section, title, body = report(
+        results,
+        bits_list,
+        dataset,
+        device,
+        args.repeats,
+        sizes,
+        figures,
+        backend_usage(since=calls_before),
+    )
     print(body)
     publish_section(section, title, body, write=not args.no_write)
     return 0

@@ -20,9 +20,14 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks._report import FIGURES, SHARED_DATA, markdown_table, publish_section
-
-SECTION = "sampling"
+from benchmarks._report import (
+    FIGURES,
+    SHARED_DATA,
+    figure_name,
+    markdown_table,
+    publish_section,
+    section_name,
+)
 
 
 def timed(fn: Callable[[], object], repeats: int) -> float:
@@ -297,14 +302,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             ],
         ),
     ]
-    figure = None if args.no_write else plot(results, FIGURES / "sampling_seeds_per_s.png")
+    section = section_name("sampling", "cpu", args.raw.name)
+    figure = None if args.no_write else plot(results, FIGURES / figure_name(section))
     if figure is not None:
         body += ["", f"![seeds per second]({figure.relative_to(FIGURES.parent.parent).as_posix()})"]
     text = "\n".join(body)
     print(text)
     print(f"\nours [{fanout_text}] without replacement: {ours_rate:,.0f} seeds/s")
     publish_section(
-        SECTION, "Neighbor sampling and negatives (kg_data)", text, write=not args.no_write
+        section,
+        "Neighbor sampling and negatives (kg_data)",
+        text,
+        write=not args.no_write,
     )
     return 0
 

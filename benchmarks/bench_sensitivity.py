@@ -26,7 +26,7 @@ import torch
 from tqdm.auto import tqdm
 
 from benchmarks._cli import comma_list
-from benchmarks._report import REPO_ROOT, markdown_table, publish_section
+from benchmarks._report import REPO_ROOT, markdown_table, publish_section, section_name
 from benchmarks.bench_matrix import PLAN, Group, dataset_dir, read_plan, run_config
 
 PHASES = ("cf", "kg")
@@ -191,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(body)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     publish_section(
-        f"sensitivity-{device}",
+        section_name("sensitivity", device),
         f"Gradient error per saved tensor, width, phase and model ({', '.join(datasets)}; {device.upper()})",
         body,
         write=not args.no_write,

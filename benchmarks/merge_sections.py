@@ -2,8 +2,9 @@
 
 A benchmark run elsewhere (a GPU machine, with `TINYKG_BENCHMARKS_MD` pointing into its output
 folder) writes its sections into a copy of BENCHMARKS.md; this copies those sections back verbatim,
-provenance header included, replacing the same sections here or appending them. Without SECTION
-names it copies every section whose text differs from ours.
+provenance header included, replacing the same sections here or inserting them in their place.
+Without SECTION names it copies every section whose text differs from ours. Sections whose names do
+not follow the rule of `benchmarks._report.section_name` are refused.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks._report import benchmarks_md
+from benchmarks._report import benchmarks_md, insert_section, parse_section_name
 
 SECTION = re.compile(r"<!-- begin:(?P<name>[\w.-]+) -->.*?<!-- end:(?P=name) -->", re.DOTALL)
 
@@ -34,11 +35,15 @@ def merge(ours: str, theirs: str, names: Sequence[str] | None) -> tuple[str, lis
         )
     wanted = names or [n for n, block in theirs_by_name.items() if ours_by_name.get(n) != block]
     for name in wanted:
+        try:
+            parse_section_name(name)
+        except ValueError as exc:
+            raise SystemExit(f"error: {exc}") from None
         block = theirs_by_name[name]
         if name in ours_by_name:
             ours = ours.replace(ours_by_name[name], block)
         else:
-            ours = ours.rstrip() + "\n\n" + block + "\n"
+            ours = insert_section(ours, name, block)
     return ours, list(wanted)
 
 

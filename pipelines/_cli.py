@@ -1,9 +1,18 @@
-"""Shared CLI plumbing: user errors become one line on stderr and exit status 2."""
+"""Shared CLI plumbing: user errors become one line on stderr and exit status 2; usage lines name
+the command the way it was run."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
+
+
+def prog_name(command: str) -> str:
+    """`tinykg COMMAND` under the console script, else `python -m pipelines.COMMAND`."""
+    if Path(sys.argv[0]).name == "tinykg":
+        return f"tinykg {command}"
+    return f"python -m pipelines.{command}"
 
 
 def _user_error_types() -> tuple[type[BaseException], ...]:

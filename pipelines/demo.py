@@ -16,14 +16,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pipelines._cli import run_cli
+from pipelines._cli import prog_name, run_cli
 
 DEMO_MARKER = ".tinykg-demo"  # a dir holding it was written by this demo and may be overwritten
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m pipelines.demo",
+        prog=prog_name("demo"),
         description=(
             "Synthetic data -> ingest -> KGAT at FP32 and at INT2 -> MLflow, then a table comparing "
             "activation memory and accuracy. Needs no download; about a minute on 2 CPU cores."

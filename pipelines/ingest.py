@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from pipelines._cli import run_cli
+from pipelines._cli import prog_name, run_cli
 
 
 def _ratios(text: str) -> tuple[float, ...]:
@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     from kg_data.formats import FORMATS
 
     parser = argparse.ArgumentParser(
-        prog="python -m pipelines.ingest",
+        prog=prog_name("ingest"),
         description="Ingest raw KG-recommendation data (KGAT, KGCN, RecBole atomic, plain tables) into a validated Parquet dataset dir.",
     )
     parser.add_argument("raw", metavar="RAW", help="folder that holds the raw files")

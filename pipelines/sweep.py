@@ -14,7 +14,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from pipelines._cli import run_cli
+from pipelines._cli import prog_name, run_cli
 from tinykg_train.compression_defaults import BITS
 
 AXIS_FLAGS = ("model", "bits", "memory_budget", "lr", "seed", "embed_dim", "n_layers")
@@ -55,7 +55,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
-        prog="python -m pipelines.sweep",
+        prog=prog_name("sweep"),
         description="Sweep models, bit widths and hyper-parameters with Ray Tune; compare the trials in MLflow.",
         epilog="A comma list (--bits 2,32) is a grid axis; one value fixes the setting. "
         "Examples: python -m pipelines.sweep --data data/lfm1m --config configs/sweep.yaml; "

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from pipelines._cli import run_cli
+from pipelines._cli import prog_name, run_cli
 from tinykg_train.compression_defaults import BITS, width_label
 
 WIDTHS = ", ".join(map(str, BITS))
@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     from tinykg_train.config import MODELS, TrainConfig
 
     parser = argparse.ArgumentParser(
-        prog="python -m pipelines.train",
+        prog=prog_name("train"),
         description=(
             "Train a knowledge-graph recommender with compressed activations. Writes RUN_DIR/"
             "metrics.json (test Recall/NDCG of the best valid epoch, activation bytes, epoch "

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-# Triton's interpreter must be chosen before the first `import triton` (ARCHITECTURE.md, "Testing
-# habits"). Without a GPU the Triton kernels can only run interpreted; with one they run for real.
+# Triton's interpreter must be chosen before the first `import triton` (docs/ARCHITECTURE.md,
+# "Testing habits"). Without a GPU the Triton kernels can only run interpreted; with one they run for real.
 if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
 

@@ -40,6 +40,19 @@ def test_versions_move_in_lockstep():
     assert len(set(versions.values())) == 1, f"package versions differ: {versions}"
 
 
+def test_the_pipelines_install_as_the_root_project_in_lockstep():
+    root = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    project = root["project"]
+    version = tomllib.loads((ROOT / "packages" / "kg_data" / "pyproject.toml").read_text())
+    version = version["project"]["version"]
+    assert project["version"] == version, "the root project's version differs from the packages'"
+    assert project["scripts"] == {"tinykg": "pipelines.cli:main"}
+    assert root["tool"]["setuptools"]["packages"] == ["pipelines"]  # nothing else installed
+    pins = {dep.split("[")[0].split("=")[0]: dep.split("==")[-1] for dep in project["dependencies"]}
+    assert pins == {"kg-data": version, "tinykg-kernels": version, "tinykg-train": version}
+    assert "-e ." in (ROOT / "requirements.txt").read_text().splitlines()
+
+
 @pytest.mark.parametrize(
     ("package", "forbidden"),
     [

@@ -14,6 +14,7 @@ from benchmarks._accuracy_report import (
     epoch_seconds,
     goal_lines,
     group,
+    kernel_backends,
     report,
     results_table,
 )
@@ -71,7 +72,17 @@ def test_goal_verdicts(device_type: str):
 def test_a_report_without_goals_or_note_has_no_empty_paragraphs():
     runs = [RUNS[4]]  # BPR-MF alone: no goal applies
     configs = {Planned("d", "bprmf", 32, 0, Path("runs")): TrainConfig(model="bprmf")}
-    title, body, tables = report(runs, configs, "s", torch.device("cpu"), figures=None)
-    assert title == "Accuracy per bit width (d; CPU) [s]"
+    title, body, tables = report(runs, configs, "accuracy-d-cpu", torch.device("cpu"), figures=None)
+    assert title == "Accuracy per bit width (d; CPU)"
     assert "| bprmf | FP32 | 1 | 0.2000 | 0.1000 |" in tables
     assert "\n\n\n" not in body and body.count("### d") == 1
+    assert "Kernel backends" not in body  # these metrics predate the record: no line
+
+
+def test_the_kernel_backends_the_runs_recorded_are_listed():
+    recorded = {"kernels_backends": {"quantize": {"cpu-native": 9, "torch": 2}}}
+    runs = [
+        Run("d", "kgat", 2, 0, {**RUNS[0].metrics, **recorded}),
+        Run("d", "kgat", 32, 0, {**RUNS[0].metrics, "kernels_backends": {}}),
+    ]
+    assert kernel_backends(runs) == "cpu-native (1 of 2 runs), torch (1 of 2 runs)"

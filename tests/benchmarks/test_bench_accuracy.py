@@ -48,11 +48,19 @@ def test_matrix_trains_reports_resumes_and_refuses_stale_runs(
     assert kgat["config"]["batch_size"] == 1024  # configs/kgat.yaml is the base
 
     text = md.read_text()
-    assert "<!-- begin:accuracy-cpu -->" in text
+    assert "<!-- begin:accuracy-tiny-cpu -->" in text and text.count("<!-- begin:") == 1
     assert f"### {name}" in text and text.count("| kgat | INT2 | 2 |") == 1
     assert "- KGAT INT2 / FP32 test Recall@20: **" in text
     assert "- KGAT vs BPR-MF at FP32, test Recall@20: **" in text
-    assert (figures / f"memory_vs_accuracy-accuracy-cpu-{name}.png").read_bytes()[:4] == b"\x89PNG"
+    assert "Kernel backends that ran (tinykg_kernels, from metrics.json): " in text
+    assert (figures / "accuracy-tiny-cpu.png").read_bytes()[:4] == b"\x89PNG"
+    capsys.readouterr()
+
+    # Another run on the same dataset and device replaces the section, whatever its models.
+    assert main([*argv[:2], "--models", "bprmf", *argv[4:]]) == 0
+    text = md.read_text()
+    assert text.count("<!-- begin:accuracy-tiny-cpu -->") == 1 and "| kgat |" not in text
+    assert "| bprmf | INT2 |" in text
     capsys.readouterr()
 
     # Finished runs are read back, not trained again.
@@ -104,5 +112,5 @@ def test_a_cuda_matrix_lands_in_its_own_section(
             "--device", "cuda", "--out", str(tmp_path / "runs")]  # fmt: skip
     assert main(argv) == 0
     text = md.read_text()
-    assert "<!-- begin:accuracy-cuda -->" in text and torch.cuda.get_device_name(0) in text
+    assert "<!-- begin:accuracy-tiny-cuda -->" in text and torch.cuda.get_device_name(0) in text
     assert "(the <= 1.10 goal is for the CPU)" in text

@@ -55,13 +55,14 @@ def test_a_small_run_writes_its_section_and_figure(tiny_dataset_dir: Path, redir
             "--repeats", "1", "--device", "cpu", "--threads", "1"]  # fmt: skip
     assert main(argv) == 0
     text = md.read_text()
-    assert "<!-- begin:memory -->" in text and "<!-- end:memory -->" in text
+    assert "<!-- begin:memory-tiny-cpu -->" in text and "<!-- end:memory-tiny-cpu -->" in text
     assert "| model | FP32 MiB | INT2 MiB |" in text  # FP32 first, whatever the order asked
     assert "| model | FP32 ms | INT2 ms |" in text
     assert text.count("| lightgcn |") == 2 and text.count("| bprmf |") == 2
     assert "\n\n\n" not in text  # no KGAT, so no goal lines: no empty paragraph in their place
-    assert "benchmarks/figures/activation_memory.png" in text
-    assert (figures / "activation_memory.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "benchmarks/figures/memory-tiny-cpu.png" in text
+    assert (figures / "memory-tiny-cpu.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "Kernel calls by the backend that ran them: " in text and "quantize: " in text
 
 
 @pytest.mark.cuda
@@ -71,6 +72,6 @@ def test_cuda_section_has_the_step_peak(tiny_dataset_dir: Path, redirected):
             "--repeats", "1", "--device", "cuda"]  # fmt: skip
     assert main(argv) == 0
     text = md.read_text()
-    assert "<!-- begin:memory-cuda -->" in text and torch.cuda.get_device_name(0) in text
+    assert "<!-- begin:memory-tiny-cuda -->" in text and torch.cuda.get_device_name(0) in text
     assert text.count("| model | FP32 MiB | INT2 MiB |") == 2  # held for backward, step peak
-    assert (figures / "activation_memory_cuda.png").is_file()
+    assert (figures / "memory-tiny-cuda.png").is_file()

@@ -6,24 +6,34 @@ import pytest
 
 from benchmarks.merge_sections import main, merge, sections
 
-OURS = "# Benchmarks\n\n<!-- begin:a -->\nold a\n<!-- end:a -->\n\n<!-- begin:b -->\nb here\n<!-- end:b -->\n"
-THEIRS = "# Benchmarks\n\n<!-- begin:a -->\nnew a\n<!-- end:a -->\n\n<!-- begin:b -->\nb there\n<!-- end:b -->\n\n<!-- begin:gpu -->\ngpu\n<!-- end:gpu -->\n"
+A, B, GPU = "kernels-cpu", "memory-lfm1m-kgat-cpu", "kernels-cuda"
 
 
-def test_named_sections_replace_ours_and_new_ones_are_appended():
-    merged, copied = merge(OURS, THEIRS, ["a", "gpu"])
-    assert copied == ["a", "gpu"]
-    assert sections(merged) == {
-        "a": "<!-- begin:a -->\nnew a\n<!-- end:a -->",
-        "b": "<!-- begin:b -->\nb here\n<!-- end:b -->",
-        "gpu": "<!-- begin:gpu -->\ngpu\n<!-- end:gpu -->",
-    }
+def block(name: str, text: str) -> str:
+    return f"<!-- begin:{name} -->\n{text}\n<!-- end:{name} -->"
+
+
+OURS = f"# Benchmarks\n\n{block(A, 'old a')}\n\n{block(B, 'b here')}\n"
+THEIRS = f"# Benchmarks\n\n{block(A, 'new a')}\n\n{block(B, 'b there')}\n\n{block(GPU, 'gpu')}\n"
+
+
+def test_named_sections_replace_ours_and_new_ones_go_in_their_place():
+    merged, copied = merge(OURS, THEIRS, [A, GPU])
+    assert copied == [A, GPU]
+    assert sections(merged) == {A: block(A, "new a"), GPU: block(GPU, "gpu"), B: block(B, "b here")}
+    assert list(sections(merged)) == [A, GPU, B]  # kernels before memory
 
 
 def test_without_names_every_differing_section_is_copied():
     merged, copied = merge(OURS, THEIRS, None)
-    assert copied == ["a", "b", "gpu"] and sections(merged) == sections(THEIRS)
+    assert copied == [A, B, GPU] and sections(merged) == sections(THEIRS)
     assert merge(merged, THEIRS, None)[1] == []
+
+
+def test_a_section_named_outside_the_rule_is_not_copied():
+    theirs = THEIRS + "\n" + block("accuracy-cpu-kgat-final", "ad hoc") + "\n"
+    with pytest.raises(SystemExit, match="'accuracy-cpu-kgat-final' does not follow"):
+        merge(OURS, theirs, None)
 
 
 def test_an_unknown_section_is_refused(tmp_path, monkeypatch, capsys):
@@ -34,5 +44,5 @@ def test_an_unknown_section_is_refused(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit, match="no section nope"):
         main([str(theirs), "nope"])
     assert ours.read_text() == OURS
-    assert main([str(theirs), "gpu"]) == 0 and "gpu" in sections(ours.read_text())
+    assert main([str(theirs), GPU]) == 0 and GPU in sections(ours.read_text())
     assert main([str(tmp_path / "missing.md")]) == 2

@@ -236,7 +236,7 @@ def test_float16_scale_overflow_names_the_fix():
         (
             {"backend": "cuda"},
             ValueError,
-            r"backend must be one of auto, torch, compiled, triton \(got 'cuda'\)",
+            r"backend must be one of auto, torch, cpu-native, cpu-inductor, triton \(got 'cuda'\)",
         ),
     ],
 )

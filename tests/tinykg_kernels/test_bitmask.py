@@ -1,22 +1,19 @@
-"""1-bit masks: round trips at one bit per element, least significant bit first, and the compiled
-codec packs the same bytes as the torch ops."""
+"""1-bit masks: round trips at one bit per element, least significant bit first, and the CPU loops
+(inductor's; `cpu-native` has none and steps down to them) pack the same bytes as the torch ops."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from tinykg_kernels import dispatch, pack_bits, unpack_bits
+from tinykg_kernels import backend_usage, dispatch, pack_bits, unpack_bits
 from tinykg_kernels.bitmask import pack_bits_eagerly
-
-BACKENDS = ["torch", "compiled"]
 
 
 def random_mask(shape, seed: int = 0) -> torch.Tensor:
     return torch.rand(shape, generator=torch.Generator().manual_seed(seed)) > 0.5
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("shape", [(0,), (1,), (7,), (8,), (9,), (3, 5, 7), (64, 33), (1000, 61)])
 def test_pack_and_unpack_round_trip_at_one_bit_per_element(shape, backend: str):
     mask = random_mask(shape)
@@ -25,27 +22,27 @@ def test_pack_and_unpack_round_trip_at_one_bit_per_element(shape, backend: str):
     assert torch.equal(unpack_bits(packed, mask.shape, backend=backend), mask)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_bit_order_is_least_significant_first(backend: str):
     mask = torch.tensor([True, False, False, False, False, False, False, True, True])
     assert pack_bits(mask, backend=backend).tolist() == [129, 1]
 
 
 @pytest.mark.parametrize("numel", [8, 4096, 70_001])
-def test_compiled_bytes_equal_the_torch_ops(numel: int):
+def test_inductor_bytes_equal_the_torch_ops(numel: int):
     mask = random_mask((numel,), seed=numel)
-    assert torch.equal(pack_bits(mask, backend="compiled"), pack_bits_eagerly(mask))
+    assert torch.equal(pack_bits(mask, backend="cpu-inductor"), pack_bits_eagerly(mask))
 
 
-def test_auto_packs_large_cpu_masks_compiled(monkeypatch):
+def test_auto_packs_large_cpu_masks_in_inductor_s_loops(monkeypatch, cpu_loops):
     monkeypatch.delenv(dispatch.BACKEND_ENV, raising=False)
-    ops, calls = dispatch.compiled_ops(), []
-    real = ops.pack_bits
-    monkeypatch.setattr(ops, "pack_bits", lambda flat: calls.append(flat.numel()) or real(flat))
+    before = backend_usage()
     pack_bits(random_mask((10, 10)))
-    big = random_mask((dispatch.COMPILED_MIN_NUMEL,))
+    big = random_mask((dispatch.CPU_LOOPS_MIN_NUMEL,))
     assert torch.equal(unpack_bits(pack_bits(big), big.shape), big)
-    assert calls == [dispatch.COMPILED_MIN_NUMEL]
+    assert backend_usage(since=before) == {  # no native mask loops: inductor's either way
+        "pack_bits": {"cpu-inductor": 1, "torch": 1},
+        "unpack_bits": {"cpu-inductor": 1},
+    }
 
 
 def test_works_on_non_contiguous_masks():
@@ -60,7 +57,6 @@ def test_bad_input_says_what_to_pass():
         unpack_bits(torch.zeros(2, dtype=torch.uint8), (3, 7))
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 @pytest.mark.parametrize("shape", [(7,), (64, 33), (1000, 61)])
 def test_unpacks_to_ones_and_zeros_of_a_float_dtype(shape, dtype, backend: str):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tinykg_kernels import dequantize, dispatch, quantize
+from tinykg_kernels import dequantize, dispatch, native, quantize
 
 CPU, CUDA, META = torch.device("cpu"), torch.device("cuda"), torch.device("meta")
 
@@ -19,32 +19,37 @@ def test_choice_follows_the_argument_then_the_environment(monkeypatch):
     monkeypatch.setenv(dispatch.BACKEND_ENV, "gpu")
     with pytest.raises(
         ValueError,
-        match=r"TINYKG_KERNELS_BACKEND must be one of auto, torch, compiled, triton \(got 'gpu'\)",
+        match=r"TINYKG_KERNELS_BACKEND must be one of auto, torch, cpu-native, cpu-inductor, triton "
+        r"\(got 'gpu'\)$",
     ):
         dispatch.requested_backend()
 
 
-def test_auto_keeps_cpu_tensors_off_triton_even_under_the_interpreter(monkeypatch):
+def test_auto_keeps_cpu_tensors_off_triton_even_under_the_interpreter(monkeypatch, cpu_loops):
     monkeypatch.setattr(dispatch, "WITH_TRITON", True)
-    big = dispatch.COMPILED_MIN_NUMEL
+    big = dispatch.CPU_LOOPS_MIN_NUMEL
     assert dispatch.select_backend(CPU, "auto") == "torch"
     assert dispatch.select_backend(CPU, "auto", big - 1) == "torch"
-    assert dispatch.select_backend(CPU, "auto", big) == "compiled"
+    assert dispatch.select_backend(CPU, "auto", big) == cpu_loops
     assert dispatch.select_backend(META, "auto", big) == "torch"
     assert dispatch.select_backend(CUDA, "auto") == "triton"
     monkeypatch.setattr(dispatch, "WITH_TRITON", False)  # the flag is read at call time
     assert dispatch.select_backend(CUDA, "auto") == "torch"
 
 
-def test_auto_stops_choosing_compiled_once_compiling_failed(monkeypatch):
-    monkeypatch.setattr(dispatch.compiled_ops(), "_failure", "CppCompileError: no g++")
-    assert dispatch.select_backend(CPU, "auto", dispatch.COMPILED_MIN_NUMEL) == "torch"
+def test_auto_stops_choosing_inductor_once_compiling_failed(monkeypatch):
+    monkeypatch.setattr(dispatch.cpu_ops(), "_failure", "CppCompileError: no g++")
+    monkeypatch.setenv(native.NATIVE_ENV, "0")
+    assert dispatch.select_backend(CPU, "auto", dispatch.CPU_LOOPS_MIN_NUMEL) == "torch"
+    with pytest.raises(RuntimeError, match=r"'cpu-inductor' cannot run here: .*\(CppCompileError"):
+        dispatch.select_backend(CPU, "cpu-inductor")
 
 
-def test_forced_compiled_refuses_a_cuda_tensor():
-    assert dispatch.select_backend(CPU, "compiled") == "compiled"
-    with pytest.raises(RuntimeError, match=r"backend 'compiled' runs CPU tensors \(got a cuda"):
-        dispatch.select_backend(CUDA, "compiled")
+def test_forced_cpu_backends_refuse_a_cuda_tensor(cpu_loops):
+    name = cpu_loops
+    assert dispatch.select_backend(CPU, name) == name  # any size
+    with pytest.raises(RuntimeError, match=rf"backend '{name}' runs CPU tensors \(got a cuda"):
+        dispatch.select_backend(CUDA, name)
 
 
 def test_forced_triton_without_triton_says_how_to_install_it(monkeypatch):

@@ -1,6 +1,6 @@
-"""`leaky_relu_pair`: torch's LeakyReLU sum, masks and gradients bit for bit on every backend (the
-compiled one with the native loops and with inductor's), the plane layout as documented, one
-compiled graph for every size, clear errors."""
+"""`leaky_relu_pair`: torch's LeakyReLU sum, masks and gradients bit for bit on every backend (torch,
+cpu-native, cpu-inductor), the plane layout as documented, one inductor graph for every size, what
+ran recorded, clear errors."""
 
 from __future__ import annotations
 
@@ -10,11 +10,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tinykg_kernels import compiled_ops, dispatch, native
+from tinykg_kernels import backend_usage, cpu_ops, dispatch
 from tinykg_kernels.leaky_pair import leaky_relu_pair, leaky_relu_pair_backward
 from tinykg_kernels.planes import mask_bytes, pack_planes, unpack_planes
 
-BACKENDS = ["torch", "compiled"]
 SLOPE = 0.2
 
 
@@ -30,12 +29,11 @@ def torch_backward(grad, x, slope=SLOPE):
     return torch.ops.aten.leaky_relu_backward(grad, x, slope, False)
 
 
-# compiled loops: float32, 4,096+ elements, a multiple of 8; everything else takes the torch ops
-@pytest.mark.parametrize("backend", BACKENDS)
+# CPU loops: float32, 4,096+ elements, a multiple of 8; everything else takes the torch ops
 @pytest.mark.parametrize(
     "shape", [(3,), (5, 7), (64, 64), (1000, 16), (997, 24), (4099, 5), (2, 3, 4096)]
 )
-def test_sum_masks_and_gradients_are_torch_s_bit_for_bit(shape, backend: str, cpu_loops):
+def test_sum_masks_and_gradients_are_torch_s_bit_for_bit(shape, backend: str):
     a, b, grad = normal(shape, 1), normal(shape, 2), normal(shape, 3)
     out, mask_a, mask_b = leaky_relu_pair(a, b, SLOPE, backend=backend)
     assert out.shape == a.shape and torch.equal(out, torch_pair(a, b))
@@ -47,8 +45,7 @@ def test_sum_masks_and_gradients_are_torch_s_bit_for_bit(shape, backend: str, cp
     assert torch.equal(grad_b, torch_backward(grad, b))
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_zeros_negatives_and_nan_are_not_positive(backend: str, cpu_loops):
+def test_zeros_negatives_and_nan_are_not_positive(backend: str):
     """The mask is x > 0: 0, -0 and NaN give the slope's gradient, as torch's LeakyReLU backward."""
     a = torch.tensor([0.0, -0.0, float("nan"), 1e-38, -1e-38, 3.0, -3.0, float("inf")]).repeat(600)
     b = a.flip(0)
@@ -61,30 +58,31 @@ def test_zeros_negatives_and_nan_are_not_positive(backend: str, cpu_loops):
     assert torch.equal(grad_b, torch_backward(grad, b))
 
 
-def test_the_compiled_masks_are_in_the_plane_layout(cpu_loops):
+def test_the_cpu_loops_masks_are_in_the_plane_layout(cpu_loops):
     mask = torch.zeros(20, dtype=torch.bool)
     mask[[0, 4, 8, 19]] = True
-    a = torch.where(mask, 1.0, -1.0).repeat(1024)  # 20,480 elements: the compiled loops
-    _, packed, _ = leaky_relu_pair(a, -a, backend="compiled")
+    a = torch.where(mask, 1.0, -1.0).repeat(1024)  # 20,480 elements: the CPU loops
+    before = backend_usage()
+    _, packed, _ = leaky_relu_pair(a, -a, backend=cpu_loops)
+    assert backend_usage(since=before) == {"leaky_relu_pair": {cpu_loops: 1}}
     assert torch.equal(packed, pack_planes(a > 0))
 
 
-def test_any_size_runs_one_compiled_graph_per_direction(monkeypatch):
-    monkeypatch.setenv(native.NATIVE_ENV, "0")  # inductor's loops
-    leaky_relu_pair(normal((512, 16), 0), normal((512, 16), 1), 0.3, backend="compiled")
-    compiles = compiled_ops._compiled.cache_info().misses
+def test_any_size_runs_one_inductor_graph_per_direction():
+    leaky_relu_pair(normal((512, 16), 0), normal((512, 16), 1), 0.3, backend="cpu-inductor")
+    compiles = cpu_ops._compiled.cache_info().misses
     for rows in (513, 700, 4096, 9000):
         a, b, grad = normal((rows, 16), rows), normal((rows, 16), rows + 1), normal((rows, 16), 2)
-        out, mask_a, mask_b = leaky_relu_pair(a, b, 0.3, backend="compiled")
+        out, mask_a, mask_b = leaky_relu_pair(a, b, 0.3, backend="cpu-inductor")
         assert torch.equal(out, torch_pair(a, b, 0.3))
-        grad_a, _ = leaky_relu_pair_backward(grad, mask_a, mask_b, 0.3, backend="compiled")
+        grad_a, _ = leaky_relu_pair_backward(grad, mask_a, mask_b, 0.3, backend="cpu-inductor")
         assert torch.equal(grad_a, torch_backward(grad, a, 0.3))
-    assert compiled_ops._compiled.cache_info().misses - compiles <= 1  # the backward graph
+    assert cpu_ops._compiled.cache_info().misses - compiles <= 1  # the backward graph
 
 
 def test_non_contiguous_and_other_dtypes_take_the_same_values(cpu_loops):
     a, b = normal((64, 96), 5).t(), normal((64, 96), 6).t()
-    out, mask_a, _ = leaky_relu_pair(a, b, SLOPE, backend="compiled")
+    out, mask_a, _ = leaky_relu_pair(a, b, SLOPE, backend=cpu_loops)
     assert torch.equal(out, torch_pair(a, b))
     assert torch.equal(unpack_planes(mask_a, a.shape), a > 0)
     a16, b16 = normal((64, 96), 7, torch.bfloat16), normal((64, 96), 8, torch.bfloat16)
@@ -92,31 +90,29 @@ def test_non_contiguous_and_other_dtypes_take_the_same_values(cpu_loops):
     assert out16.dtype == torch.bfloat16 and torch.equal(out16, torch_pair(a16, b16))
 
 
-def test_auto_compiles_large_float32_cpu_tensors_only(monkeypatch):
+def test_auto_runs_large_float32_cpu_tensors_in_the_cpu_loops_only(monkeypatch, cpu_loops):
     monkeypatch.delenv(dispatch.BACKEND_ENV, raising=False)
-    monkeypatch.setenv(native.NATIVE_ENV, "0")  # inductor's loops
-    ops, calls = dispatch.compiled_ops(), []
-    real = ops.run_compiled
-    monkeypatch.setattr(
-        ops, "run_compiled", lambda body, *rest, **kw: calls.append(body) or real(body, *rest, **kw)
-    )
-    small = normal((10, 10), 0)
+    small, big = normal((10, 10), 0), normal((dispatch.CPU_LOOPS_MIN_NUMEL,), 1)
+    before = backend_usage()
     leaky_relu_pair(small, small)
-    big = normal((dispatch.COMPILED_MIN_NUMEL,), 1)
     leaky_relu_pair(big, big)
     leaky_relu_pair(big.double(), big.double())
-    assert len(calls) == 1
+    assert backend_usage(since=before) == {"leaky_relu_pair": {cpu_loops: 1, "torch": 2}}
 
 
 def test_a_failed_compile_warns_and_gives_the_same_values(no_compiler):
     a, b = normal((128, 64), 1), normal((128, 64), 2)
+    before = backend_usage()
     with pytest.warns(RuntimeWarning, match="torch.compile failed"):
-        out, mask_a, _ = leaky_relu_pair(a, b, SLOPE, backend="compiled")
+        out, mask_a, _ = leaky_relu_pair(a, b, SLOPE, backend="cpu-inductor")
     assert torch.equal(out, torch_pair(a, b))
     assert torch.equal(unpack_planes(mask_a, a.shape), a > 0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert torch.equal(leaky_relu_pair(a, b, SLOPE)[0], out)  # auto: the torch ops now
+    assert backend_usage(since=before) == {"leaky_relu_pair": {"torch": 2}}  # what really ran
+    with pytest.raises(RuntimeError, match="backend 'cpu-inductor' cannot run here"):
+        leaky_relu_pair(a, b, SLOPE, backend="cpu-inductor")
 
 
 def test_bad_input_says_what_to_pass():

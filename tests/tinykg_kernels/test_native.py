@@ -1,7 +1,7 @@
 """The native loops (`tinykg_kernels.native`): built once per machine and cached, used exactly where
 they apply, off with TINYKG_KERNELS_NATIVE=0, absent without a compiler and warning once after a
-failed build (the inductor loops then run); the CSR product against the dense one. The codec's values
-are checked against the reference in `test_compiled_ops`, the plane passes' against torch in
+failed build (the inductor loops then run, and backend cpu-native refuses); the CSR product against
+the dense one. The codec's values are checked against the reference in `test_cpu_ops`, the plane passes' against torch in
 `test_leaky_pair` and `test_dropout` (every case with and without the native loops)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import warnings
 import pytest
 import torch
 
-from tinykg_kernels import compiled_ops, native, quantize
+from tinykg_kernels import backend_usage, cpu_ops, dispatch, native, quantize
 from tinykg_kernels.native import library
 from tinykg_kernels.packing import GroupLayout
 
@@ -41,7 +41,7 @@ def test_applies_to_float32_values_with_bfloat16_parameters_on_the_cpu_only():
 
 
 @needs_native
-def test_the_compiled_backend_calls_it_where_it_applies_and_not_when_turned_off(monkeypatch):
+def test_cpu_native_calls_it_where_it_applies_and_cpu_inductor_never(monkeypatch):
     calls = []
     real = native.quantize_groups
 
@@ -50,29 +50,36 @@ def test_the_compiled_backend_calls_it_where_it_applies_and_not_when_turned_off(
         return real(*args)
 
     monkeypatch.setattr(native, "quantize_groups", counting)
+    monkeypatch.delenv(dispatch.BACKEND_ENV, raising=False)
     x = torch.randn(128, 64)
-    quantize(x, bits=2, seed=3, backend="compiled")
-    assert calls == [(128, 64)]
-    quantize(x, bits=2, seed=3, backend="compiled", scale_dtype=torch.float32)  # inductor's
-    assert len(calls) == 1
+    before = backend_usage()
+    quantize(x, bits=2, seed=3, backend="cpu-native")
+    quantize(x, bits=2, seed=3)  # auto
+    assert calls == [(128, 64)] * 2
+    quantize(x, bits=2, seed=3, backend="cpu-native", scale_dtype=torch.float32)  # steps down
+    quantize(x, bits=2, seed=3, backend="cpu-inductor")
     monkeypatch.setenv(native.NATIVE_ENV, "0")
-    quantize(x, bits=2, seed=3, backend="compiled")
-    assert len(calls) == 1
+    quantize(x, bits=2, seed=3)  # auto without the native loops: inductor's
+    assert len(calls) == 2
+    assert backend_usage(since=before) == {"quantize": {"cpu-inductor": 3, "cpu-native": 2}}
 
 
 def test_without_a_compiler_it_reports_why_and_the_inductor_loops_run(monkeypatch):
     monkeypatch.setattr(library, "_failure", native.failure())  # restored after the test
     monkeypatch.setattr(library, "_compiler", lambda: None)
     library.load.cache_clear()
+    monkeypatch.setenv(native.NATIVE_ENV, "1")
     try:
         assert not native.available()
         assert "no C++ compiler" in native.failure()
+        assert native.status() == "unavailable: no C++ compiler found (set CXX, or install g++)"
         layout = GroupLayout.for_shape((64, 64), None, 2)
         x = torch.randn(64, 64)
-        codes, scale, zero = compiled_ops.quantize(
-            x.reshape(-1), layout, "uniform", torch.bfloat16, 5
-        )
+        codes, scale, zero = cpu_ops.quantize(x.reshape(-1), layout, "uniform", torch.bfloat16, 5)
         assert codes.shape == (64, 16) and scale.dtype == torch.bfloat16
+        assert dispatch.select_backend(torch.device("cpu"), "auto", 10**6) == "cpu-inductor"
+        with pytest.raises(RuntimeError, match="'cpu-native' cannot run here: .* no C\\+\\+ compiler"):
+            quantize(x, backend="cpu-native")
     finally:
         library.load.cache_clear()  # loaded again on next use
 
@@ -80,6 +87,9 @@ def test_without_a_compiler_it_reports_why_and_the_inductor_loops_run(monkeypatc
 def test_turned_off_by_the_environment(monkeypatch):
     monkeypatch.setenv(native.NATIVE_ENV, "0")
     assert not native.enabled() and not native.available()
+    assert native.status() == "off (TINYKG_KERNELS_NATIVE=0)"
+    with pytest.raises(RuntimeError, match=r"library is off \(TINYKG_KERNELS_NATIVE=0\); use"):
+        quantize(torch.randn(64, 64), backend="cpu-native")
     monkeypatch.setenv(native.NATIVE_ENV, "1")
     assert native.enabled()
 

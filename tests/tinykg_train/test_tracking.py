@@ -167,3 +167,26 @@ def test_a_training_that_raises_marks_its_run_and_reraises(
     assert client.get_run(tracker.run_id).info.status == status
     assert [m.step for m in client.get_metric_history(tracker.run_id, "train_loss")] == [0]
     assert not (tmp_path / "run" / "metrics.json").exists()
+
+
+def test_a_real_training_tags_its_run_with_what_ran(mlflow_store, tiny_dataset_dir, tmp_path):
+    import torch
+
+    import tinykg_kernels
+    from tinykg_kernels import backend_usage
+
+    config = TrainConfig(data=str(tiny_dataset_dir), out=str(tmp_path / "run"), model="lightgcn",
+                         bits=2, epochs=1, embed_dim=8, max_batches_per_epoch=2, device="cpu")  # fmt: skip
+    tracker = MlflowTracker(mlflow_store, experiment="unit")
+    before = backend_usage()
+    result = train(config, tracker=tracker)
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["kernels_backends"] == backend_usage(since=before) != {}
+    tags = MlflowClient(mlflow_store).get_run(tracker.run_id).data.tags
+    assert json.loads(tags["kernels_backends"]) == result["kernels_backends"]
+    used = sorted({b for per_op in result["kernels_backends"].values() for b in per_op})
+    assert tags["kernels_backends_used"] == ",".join(used)
+    assert tags["tinykg_kernels_version"] == tinykg_kernels.__version__
+    assert tags["torch_threads"] == str(torch.get_num_threads()) == str(metrics["torch_threads"])
+    assert tags["kernels_native"] == metrics["kernels_native"]
+    assert tags["kernels_backend_requested"] == "auto"

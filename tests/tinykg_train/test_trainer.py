@@ -247,3 +247,24 @@ def test_training_on_cuda_reports_the_allocator_peak_and_resumes(tiny_dataset_di
     resumed = train(config.with_overrides(epochs=2, resume=True), model_builder=mf_builder)
     assert resumed["resumed_at_epoch"] == 1 and resumed["epochs_trained"] == 2
     assert resumed["train_loss"][0] == first["train_loss"][0]
+
+
+def test_metrics_json_records_the_kernel_backends_that_ran_and_torch_threads(
+    tiny_dataset_dir, tmp_path
+):
+    import tinykg_kernels
+    from tinykg_kernels import backend_usage
+
+    before = backend_usage()
+    result = train(tiny_config(tiny_dataset_dir, tmp_path / "run", model="kgat", bits=2))
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    # exactly this run's calls, per op and backend: the codec ran, and the CSR product
+    assert metrics["kernels_backends"] == backend_usage(since=before) == result["kernels_backends"]
+    assert sum(metrics["kernels_backends"]["quantize"].values()) > 0
+    assert set(metrics["kernels_backends"]["csr_matmul"]) <= {"cpu-native", "torch"}
+    assert metrics["tinykg_kernels_version"] == tinykg_kernels.__version__
+    assert metrics["torch_threads"] == torch.get_num_threads()
+    assert metrics["kernels_native"] in ("loaded", "not loaded") or metrics[
+        "kernels_native"
+    ].startswith(("off", "unavailable"))
+    assert metrics["kernels_backend_requested"] == "auto"

@@ -31,6 +31,8 @@ _EXPORTS = {
     "SubgraphBatches": "kg_data.batches",
     "partition_edges": "kg_data.partition",
     "PartitionPlan": "kg_data.partition",
+    "to_hetero_data": "kg_data.pyg",
+    "to_homogeneous_data": "kg_data.pyg",
 }
 
 __all__ = ["__version__", "DatasetInfo", "ingest", *_EXPORTS]

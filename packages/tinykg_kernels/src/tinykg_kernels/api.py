@@ -1,9 +1,10 @@
-"""`quantize`, `dequantize` and `QuantizedTensor`: the public codec (contract in ARCHITECTURE.md).
+"""`quantize`, `dequantize` and `QuantizedTensor`: the public codec (contract in
+docs/ARCHITECTURE.md).
 
 A tensor is cut into groups (rows of its last dim, or blocks of `group_size` elements); each group
 keeps a 16-bit zero point and scale and one `bits`-wide code per element, packed into bytes. The
-math is in `reference.py`; `dispatch.py` decides whether Triton, the torch.compile'd CPU codec
-(`compiled_ops.py`) or plain torch runs it.
+math is in `reference.py`; `dispatch.py` decides whether Triton, the CPU loops (`cpu_ops.py`: native
+C++ or inductor's) or plain torch runs it, and `usage.py` records what ran.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tinykg_kernels import dispatch, reference
+from tinykg_kernels import dispatch, reference, usage
 from tinykg_kernels.packing import BIT_WIDTHS, GroupLayout
 
 SCHEMES = ("uniform", "normal")
@@ -191,13 +192,14 @@ def quantize(
     - `stochastic=True`: unbiased stochastic rounding, `E[dequantize(quantize(x))] == x`, with noise
       from `seed` (None draws one from torch's RNG). `False`: round to nearest, deterministic. The
       same seed gives the same codes on the same backend; backends draw their noise differently
-      (Philox on Triton, a counter hash when compiled, `torch.rand` on the torch path).
+      (Philox on Triton, a counter hash in the CPU loops, `torch.rand` on the torch path).
     - `scheme="normal"` (2 bits): levels fitted to a clipped normal (lower variance on bell-shaped
       groups); `"uniform"`: evenly spaced levels.
     - `scale_dtype`: dtype of the stored scale and zero point (default: float16 for float16 inputs,
       bfloat16 otherwise; float32 costs 4 more bytes per group and keeps any constant group exact).
-    - `backend`: "auto" | "torch" | "compiled" | "triton" (default: `$TINYKG_KERNELS_BACKEND`,
-      else "auto": Triton on CUDA, compiled for CPU tensors of 4,096+ elements, else torch).
+    - `backend`: "auto" | "torch" | "cpu-native" | "cpu-inductor" | "triton" (default:
+      `$TINYKG_KERNELS_BACKEND`, else "auto": Triton on CUDA, the native loops for CPU tensors of
+      4,096+ elements, inductor's if those cannot be built, else torch; see `dispatch`).
     - `check_finite`: raise ValueError on NaN/Inf (one small reduction over the scales and one
       device sync); with False such groups are stored as NaN and dequantize to NaN.
     """
@@ -219,11 +221,18 @@ def quantize(
                 codes, scale, zero = dispatch.triton_ops().quantize(
                     flat, layout, scheme, param_dtype, seed=seed if stochastic else None
                 )
-            elif chosen == "compiled":
-                codes, scale, zero = dispatch.compiled_ops().quantize(
-                    flat, layout, scheme, param_dtype, seed=seed if stochastic else None
+                usage.record("quantize", "triton")
+            elif chosen in dispatch.CPU_BACKENDS:  # records which loops ran
+                codes, scale, zero = dispatch.cpu_ops().quantize(
+                    flat,
+                    layout,
+                    scheme,
+                    param_dtype,
+                    seed=seed if stochastic else None,
+                    native_loops=chosen == "cpu-native",
                 )
             else:
+                usage.record("quantize", "torch")
                 noise = None
                 if stochastic:
                     generator = torch.Generator(device=device).manual_seed(seed)
@@ -245,8 +254,12 @@ def dequantize(q: QuantizedTensor, backend: str | None = None) -> torch.Tensor:
     with torch.no_grad():
         if chosen == "triton":
             flat = dispatch.triton_ops().dequantize(*q.tensors(), layout, q.scheme, q.dtype)
-        elif chosen == "compiled":
-            flat = dispatch.compiled_ops().dequantize(*q.tensors(), layout, q.scheme, q.dtype)
+            usage.record("dequantize", "triton")
+        elif chosen in dispatch.CPU_BACKENDS:  # records which loops ran
+            flat = dispatch.cpu_ops().dequantize(
+                *q.tensors(), layout, q.scheme, q.dtype, native_loops=chosen == "cpu-native"
+            )
         else:
             flat = reference.dequantize(*q.tensors(), layout, q.scheme, q.dtype)
+            usage.record("dequantize", "torch")
     return flat.view(q.shape)

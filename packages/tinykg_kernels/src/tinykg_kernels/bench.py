@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tinykg_kernels import dispatch
+from tinykg_kernels import dispatch, native
 from tinykg_kernels.api import dequantize, quantize
 
 GB = 1e9
@@ -115,11 +115,12 @@ def copy_gbps(x: torch.Tensor, repeats: int) -> float:
 
 
 def backends_for(device: torch.device) -> list[str]:
-    """torch everywhere; Triton too on CUDA when it is importable; on CPU the compiled codec too
-    unless compiling failed in this process."""
+    """torch everywhere; Triton too on CUDA when it is importable; on CPU the native loops when
+    their library loads and inductor's unless compiling failed in this process."""
     if device.type == "cuda":
         return ["torch", "triton"] if dispatch.WITH_TRITON else ["torch"]
-    return ["torch"] if dispatch.compiled_ops().failure() else ["torch", "compiled"]
+    cpu = ["cpu-native"] if native.available() else []
+    return ["torch", *cpu, *([] if dispatch.cpu_ops().failure() else ["cpu-inductor"])]
 
 
 def table(measurements: list[Measurement], copy: float | None = None) -> str:
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--backends",
         nargs="+",
-        choices=["torch", "compiled", "triton"],
+        choices=list(dispatch.RUNNING_BACKENDS),
         help="default: all usable on the device",
     )
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per figure (median)")

@@ -1,4 +1,5 @@
-"""Counter-based uniform noise: a hash of (element index, seed), for the `compiled` CPU backend.
+"""Counter-based uniform noise: a hash of (element index, seed), for the CPU loops (`cpu-native` and
+`cpu-inductor` draw the same noise).
 
 `torch.rand` inside a torch.compile'd CPU function runs ~10x slower than the rest of the fused
 quantize loop; a hash of the index is a few integer operations per element that inductor vectorizes

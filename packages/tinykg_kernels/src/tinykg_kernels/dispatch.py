@@ -1,19 +1,28 @@
-"""Which backend runs a call (`torch`, `compiled` or `triton`), decided at call time.
+"""Which backend runs a call, decided at call time; each is named after what runs:
 
-Triton is probed once at import (the PyG way: a `WITH_TRITON` flag that call sites read when they run,
-so a test can switch it off). The choice then follows `backend=` if given, else the
-`TINYKG_KERNELS_BACKEND` environment variable (`auto`, `torch`, `compiled` or `triton`; default
-`auto`):
+- `torch`: plain torch ops (`reference.py` and friends), on any device.
+- `cpu-native`: C++ loops built on first use (`tinykg_kernels.native`), CPU tensors.
+- `cpu-inductor`: the same math fused into loops by inductor, torch.compile's compiler
+  (`cpu_ops.py`), CPU tensors. Same bits as `cpu-native`, slower.
+- `triton`: Triton kernels (`triton_ops.py`), CUDA tensors.
+
+Triton is probed once at import (the PyG way: a `WITH_TRITON` flag that call sites read when they
+run, so a test can switch it off). The choice follows `backend=` if given, else the
+`TINYKG_KERNELS_BACKEND` environment variable, else `auto`:
 
 - `auto`: Triton for CUDA tensors when it is importable; for CPU tensors of at least
-  `COMPILED_MIN_NUMEL` elements the `compiled` backend (unless compiling failed in this process);
-  torch for everything else. A CPU tensor never goes to Triton under `auto`, not even with
-  `TRITON_INTERPRET=1` set (the interpreter is for tests).
-- `torch`: the pure-torch codec on any device.
-- `compiled`: the torch.compile'd codec (`compiled_ops`), CPU tensors only.
-- `triton`: CUDA tensors; CPU tensors only when the kernels were defined under the interpreter
-  (`TRITON_INTERPRET=1` set before triton was first imported). Anything else raises: a CPU tensor
-  must never reach a real Triton launch ("0 active drivers").
+  `CPU_LOOPS_MIN_NUMEL` elements `cpu-native` when its library loads, else `cpu-inductor` unless
+  compiling failed in this process; torch for everything else. A CPU tensor never goes to Triton
+  under `auto`, not even with `TRITON_INTERPRET=1` set (the interpreter is for tests).
+- A named backend runs every call it can; one that is impossible in this process raises (no
+  native library for `cpu-native`, a failed compile for `cpu-inductor`, a tensor on the wrong
+  device; `triton` takes CPU tensors only when its kernels were defined under the interpreter).
+- Ops or dtypes a backend has no loops for step down: `cpu-native` -> `cpu-inductor` -> `torch`
+  (the native codec takes float32 with bfloat16 parameters; bit masks have inductor loops only;
+  the CSR product has native and torch only), `triton` -> `torch`. `usage.backend_usage()` records
+  what each call actually ran.
+
+The old name `compiled` (native or inductor loops, whichever applied) is refused with the new names.
 """
 
 from __future__ import annotations
@@ -25,6 +34,8 @@ from types import ModuleType
 
 import torch
 
+from tinykg_kernels import native
+
 try:  # an optional extra: `pip install tinykg-kernels[triton]`
     import triton  # noqa: F401
 
@@ -33,12 +44,14 @@ except Exception:  # ImportError, or a broken install that fails while importing
     WITH_TRITON = False
 
 BACKEND_ENV = "TINYKG_KERNELS_BACKEND"
-BACKENDS = ("auto", "torch", "compiled", "triton")
+BACKENDS = ("auto", "torch", "cpu-native", "cpu-inductor", "triton")
+RUNNING_BACKENDS = BACKENDS[1:]  # what a call runs on (and what `usage` records)
+CPU_BACKENDS = ("cpu-native", "cpu-inductor")
 # below this many elements `auto` keeps CPU tensors on the eager path: a one-off compile (seconds per
 # shape family) does not pay for tensors that take a fraction of a millisecond to quantize eagerly
-# (from [64, 64] float32 up the compiled quantize is faster: 72 vs 182 us on one core; KGIN's
+# (from [64, 64] float32 up the inductor quantize is faster: 72 vs 182 us on one core; KGIN's
 # [120, 120] distance matrices, compressed 600 times an epoch on music-kgcn, are above it)
-COMPILED_MIN_NUMEL = 1 << 12
+CPU_LOOPS_MIN_NUMEL = 1 << 12
 
 
 def requested_backend(backend: str | None = None) -> str:
@@ -47,7 +60,13 @@ def requested_backend(backend: str | None = None) -> str:
     choice = choice.strip().lower() or "auto"
     if choice not in BACKENDS:
         source = "backend" if backend is not None else BACKEND_ENV
-        raise ValueError(f"{source} must be one of {', '.join(BACKENDS)} (got {choice!r})")
+        renamed = (
+            " ('compiled' was split by what runs: 'cpu-native' for the C++ loops, 'cpu-inductor' "
+            "for inductor's)"
+            if choice == "compiled"
+            else ""
+        )
+        raise ValueError(f"{source} must be one of {', '.join(BACKENDS)} (got {choice!r}){renamed}")
     return choice
 
 
@@ -63,35 +82,29 @@ def triton_ops() -> ModuleType:
     return _module("tinykg_kernels.triton_ops")
 
 
-def compiled_ops() -> ModuleType:
-    """The torch.compile'd CPU codec (imported on first use: it imports `bitmask`, which imports
-    this module)."""
-    return _module("tinykg_kernels.compiled_ops")
+def cpu_ops() -> ModuleType:
+    """The CPU loops of the codec and bit masks, native or inductor's (imported on first use: it
+    imports `bitmask`, which imports this module)."""
+    return _module("tinykg_kernels.cpu_ops")
 
 
 def select_backend(device: torch.device, backend: str | None = None, numel: int = 0) -> str:
-    """`"torch"`, `"compiled"` or `"triton"` for `numel` elements on `device`; raises when a backend
-    is forced but impossible."""
+    """`"torch"`, `"cpu-native"`, `"cpu-inductor"` or `"triton"` for `numel` elements on `device`
+    (before an op steps down for what it lacks); raises when a named backend is impossible."""
     choice = requested_backend(backend)
     if choice == "torch":
         return "torch"
     if choice == "auto":
         if device.type == "cuda":
             return "triton" if WITH_TRITON else "torch"
-        if (
-            device.type == "cpu"
-            and numel >= COMPILED_MIN_NUMEL
-            and compiled_ops().failure() is None
-        ):
-            return "compiled"
+        if device.type == "cpu" and numel >= CPU_LOOPS_MIN_NUMEL:
+            if native.available():
+                return "cpu-native"
+            if cpu_ops().failure() is None:
+                return "cpu-inductor"
         return "torch"
-    if choice == "compiled":
-        if device.type != "cpu":
-            raise RuntimeError(
-                f"backend 'compiled' runs CPU tensors (got a {device.type} tensor); "
-                "use backend 'auto' (Triton on CUDA) or 'torch'"
-            )
-        return "compiled"
+    if choice in CPU_BACKENDS:
+        return _check_cpu_backend(choice, device)
     if not WITH_TRITON:
         raise RuntimeError(
             "backend 'triton' was requested but triton is not importable; "
@@ -103,3 +116,22 @@ def select_backend(device: torch.device, backend: str | None = None, numel: int 
         f"backend 'triton' needs a CUDA tensor (got a {device.type} tensor); for CPU tensors set "
         "TRITON_INTERPRET=1 before triton is first imported, or use backend 'auto' or 'torch'"
     )
+
+
+def _check_cpu_backend(choice: str, device: torch.device) -> str:
+    if device.type != "cpu":
+        raise RuntimeError(
+            f"backend {choice!r} runs CPU tensors (got a {device.type} tensor); "
+            "use backend 'auto' (Triton on CUDA) or 'torch'"
+        )
+    if choice == "cpu-native" and not native.available():
+        raise RuntimeError(
+            f"backend 'cpu-native' cannot run here: the native library is {native.status()}; "
+            "use backend 'cpu-inductor' or 'auto' (or install a C++ compiler, e.g. g++)"
+        )
+    if choice == "cpu-inductor" and cpu_ops().failure() is not None:
+        raise RuntimeError(
+            f"backend 'cpu-inductor' cannot run here: torch.compile failed in this process "
+            f"({cpu_ops().failure()}); use backend 'torch' or 'auto'"
+        )
+    return choice

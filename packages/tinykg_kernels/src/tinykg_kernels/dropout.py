@@ -7,8 +7,8 @@ element, a bool mask 8; packed, 1. Here one fused loop writes `x * noise` and th
 of `noise != 0` (`planes.py`), where the multiply, a bool conversion and a packing pass would run
 op by op; the backward rebuilds the noise from the mask and multiplies in one loop. Values are
 torch's bit for bit (`x * noise`, `grad * noise`). For float32 CPU tensors of 4,096+ elements (a
-whole number of planes) native loops (`native/planes.cpp`), or inductor's when no library could be
-built; the same torch ops elsewhere (`planes.runs_compiled`).
+whole number of planes) native loops (`native/planes.cpp`, `cpu-native`), or inductor's
+(`cpu-inductor`); the same torch ops elsewhere (`planes.path`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import functools
 
 import torch
 
-from tinykg_kernels import native, planes
+from tinykg_kernels import native, planes, usage
 
 
 @functools.cache
@@ -52,9 +52,13 @@ def apply_dropout_noise(
             f"{x.dtype} {tuple(x.shape)} and {noise.dtype} {tuple(noise.shape)})"
         )
     with torch.no_grad():
-        if planes.runs_native(x, backend):
+        loops = planes.path(x, backend)
+        if loops == "cpu-native":
+            usage.record("dropout", loops)
             return native.dropout_apply(x, noise, float(scale))
-        out, kept = planes.run_fused(_apply_body, (float(scale),), (x, noise), backend=backend)
+        out, kept = planes.run_fused(
+            _apply_body, (float(scale),), (x, noise), op="dropout", loops=loops
+        )
     return planes.from_planes(out, x.shape), kept
 
 
@@ -65,7 +69,11 @@ def dropout_noise_backward(
     elsewhere (`kept_value` as the forward's noise held it, e.g. float32 1 / (1 - p))."""
     planes.check_mask("kept", kept, grad.shape)
     with torch.no_grad():
-        if planes.runs_native(grad, backend):
+        loops = planes.path(grad, backend)
+        if loops == "cpu-native":
+            usage.record("dropout_backward", loops)
             return native.dropout_backward(grad, kept, float(kept_value))
-        out = planes.run_fused(_backward_body, (float(kept_value),), (grad,), (kept,), backend)
+        out = planes.run_fused(
+            _backward_body, (float(kept_value),), (grad,), (kept,), op="dropout_backward", loops=loops
+        )
     return planes.from_planes(out, grad.shape)

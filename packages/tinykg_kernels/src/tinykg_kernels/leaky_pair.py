@@ -10,8 +10,8 @@ into both pre-activation gradients in one more.
 The values are torch's, bit for bit: the sum is `F.leaky_relu(a, s) + F.leaky_relu(b, s)`; a mask
 bit is `x > 0` (NaN counts as not positive, as in torch's LeakyReLU backward); the gradients are
 `aten.leaky_relu_backward`'s, `grad` where x > 0 and `grad * s` elsewhere. For float32 CPU tensors
-of 4,096+ elements (a whole number of planes) native loops (`native/planes.cpp`), or inductor's
-when no library could be built; the same torch ops elsewhere (`planes.runs_compiled`).
+of 4,096+ elements (a whole number of planes) native loops (`native/planes.cpp`, `cpu-native`), or
+inductor's (`cpu-inductor`); the same torch ops elsewhere (`planes.path`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from tinykg_kernels import native, planes
+from tinykg_kernels import native, planes, usage
 
 
 @functools.cache
@@ -59,10 +59,12 @@ def leaky_relu_pair(
             f"{a.dtype} {tuple(a.shape)} and {b.dtype} {tuple(b.shape)})"
         )
     with torch.no_grad():
-        if planes.runs_native(a, backend):
+        loops = planes.path(a, backend)
+        if loops == "cpu-native":
+            usage.record("leaky_relu_pair", loops)
             return native.leaky_pair(a, b, float(negative_slope))
         out, mask_a, mask_b = planes.run_fused(
-            _pair_body, (float(negative_slope),), (a, b), backend=backend
+            _pair_body, (float(negative_slope),), (a, b), op="leaky_relu_pair", loops=loops
         )
     return planes.from_planes(out, a.shape), mask_a, mask_b
 
@@ -79,9 +81,16 @@ def leaky_relu_pair_backward(
     planes.check_mask("mask_a", mask_a, grad.shape)
     planes.check_mask("mask_b", mask_b, grad.shape)
     with torch.no_grad():
-        if planes.runs_native(grad, backend):
+        loops = planes.path(grad, backend)
+        if loops == "cpu-native":
+            usage.record("leaky_relu_pair_backward", loops)
             return native.leaky_pair_backward(grad, mask_a, mask_b, float(negative_slope))
         grad_a, grad_b = planes.run_fused(
-            _pair_backward_body, (float(negative_slope),), (grad,), (mask_a, mask_b), backend
+            _pair_backward_body,
+            (float(negative_slope),),
+            (grad,),
+            (mask_a, mask_b),
+            op="leaky_relu_pair_backward",
+            loops=loops,
         )
     return planes.from_planes(grad_a, grad.shape), planes.from_planes(grad_b, grad.shape)

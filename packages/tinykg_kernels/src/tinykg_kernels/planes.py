@@ -5,7 +5,8 @@ A mask of n elements takes k = ceil(n / 8) bytes: element i sits in byte i % k a
 flattened mask cut into eight consecutive planes of k elements, plane j in bit j, the last plane
 zero-padded). Packing then reads eight contiguous streams, which a compiled loop vectorizes;
 `pack_bits`'s layout (eight consecutive elements per byte) would need strided loads. The helpers
-here are plain torch ops: the fused bodies are traced from them, and they run eagerly on any device.
+here are plain torch ops: the fused bodies are traced from them (`cpu-inductor`), and they run
+eagerly on any device (`torch`); `path` says which of those, or the native loops, a call takes.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from tinykg_kernels import dispatch, native
+from tinykg_kernels import dispatch, native, usage
 
 PLANES = 8  # one per bit of a byte
 
@@ -64,21 +65,14 @@ def from_planes(planes: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     return planes.reshape(-1)[: math.prod(shape)].view(shape)
 
 
-def runs_compiled(x: torch.Tensor, backend: str | None) -> bool:
-    """Whether a fused call on `x` runs the compiled loops: float32 CPU tensors of 4,096+ elements
-    (per `dispatch.select_backend`) whose count is a whole number of planes. Everything else runs
-    the same torch ops, padded to whole planes."""
-    return (
-        dispatch.select_backend(x.device, backend, x.numel()) == "compiled"
-        and x.dtype == torch.float32
-        and x.numel() % PLANES == 0
-    )
-
-
-def runs_native(x: torch.Tensor, backend: str | None) -> bool:
-    """Whether a fused call on `x` runs the native loops (`native.planes_applies`) where it would
-    run the compiled ones: the same values, without inductor's per-call overhead."""
-    return runs_compiled(x, backend) and native.planes_applies(x)
+def path(x: torch.Tensor, backend: str | None) -> str:
+    """What a fused call on `x` runs: `cpu-native` (`native.planes_applies`) or `cpu-inductor`
+    for float32 CPU tensors of 4,096+ elements (per `dispatch.select_backend`) whose count is a
+    whole number of planes; `torch` (the same ops, padded to whole planes) for everything else."""
+    chosen = dispatch.select_backend(x.device, backend, x.numel())
+    if chosen not in dispatch.CPU_BACKENDS or x.dtype != torch.float32 or x.numel() % PLANES:
+        return "torch"
+    return "cpu-native" if chosen == "cpu-native" and native.planes_applies(x) else "cpu-inductor"
 
 
 def run_fused(
@@ -86,17 +80,22 @@ def run_fused(
     key: tuple,
     values: Sequence[torch.Tensor],
     masks: Sequence[torch.Tensor] = (),
-    backend: str | None = None,
+    *,
+    op: str,
+    loops: str,
 ):
     """`body_factory(*key, compiled)` on `values` as `[8, k]` planes and plane-packed `masks`
-    (`[k]`): the compiled loops when `runs_compiled(values[0])`, else the same body eagerly on
-    zero-padded planes. Returns what the body returns (take values back with `from_planes`)."""
-    if runs_compiled(values[0], backend):
+    (`[k]`): inductor's loops when `loops` (a `path`) is `cpu-inductor`, else the same body eagerly
+    on zero-padded planes; recorded in `usage` under `op`. Returns what the body returns (take
+    values back with `from_planes`)."""
+    if loops == "cpu-inductor":
         planes = [v.reshape(PLANES, -1) for v in values]
         dynamic = (1,) * len(planes) + (0,) * len(masks)
-        return dispatch.compiled_ops().run_compiled(
-            body_factory, (*key, True), *planes, *masks, dynamic=dynamic
-        )
+        ops = dispatch.cpu_ops()
+        result = ops.run_compiled(body_factory, (*key, True), *planes, *masks, dynamic=dynamic)
+        usage.record(op, ops.inductor_or_torch())
+        return result
+    usage.record(op, "torch")
     return body_factory(*key, False)(*[as_planes(v) for v in values], *masks)
 
 

@@ -6,7 +6,7 @@ process. The trainer drives it:
 
     tracker.start(config, run_dir, device_label)   # creates (or, on --resume, reopens) the run
     tracker.log_epoch(epoch, row)                  # every epoch: train_loss, recall_at_20, ...
-    tracker.finish(result, run_dir)                # test metrics, artifacts, status FINISHED
+    tracker.finish(result, run_dir)                # test metrics, artifacts, what ran, FINISHED
     tracker.fail(status)                           # training raised: FAILED (or KILLED), then re-raise
 
 Tracking URI: the `tracking_uri` argument, else `MLFLOW_TRACKING_URI`, else `sqlite:///<cwd>/mlflow.db`
@@ -30,6 +30,7 @@ from typing import Any, Protocol
 from tinykg_train.compression_defaults import width_label
 from tinykg_train.errors import TinyKGError
 from tinykg_train.run_dir import RunDir, write_json_atomic
+from tinykg_train.runtime import record_tags
 
 PACKAGES = ("tinykg-train", "tinykg-kernels", "kg-data", "torch", "triton")
 
@@ -182,6 +183,12 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
 # -- the tracker ----------------------------------------------------------------------------------
 
 
@@ -265,8 +272,9 @@ class MlflowTracker:
         )
 
     def finish(self, result: Mapping[str, Any], run_dir: RunDir) -> None:
-        """Log the final (test) metrics and the run dir's artifacts; mark the run FINISHED."""
-        from mlflow.entities import Metric
+        """Log the final (test) metrics, the run dir's artifacts and what ran (`runtime.record_tags`);
+        mark the run FINISHED."""
+        from mlflow.entities import Metric, RunTag
 
         run_id = self._require_run()
         stamp = int(time.time() * 1000)
@@ -282,7 +290,10 @@ class MlflowTracker:
         ):
             if isinstance(result.get(key), (int, float)):
                 final[key] = float(result[key])
-        self.client.log_batch(run_id, metrics=[Metric(k, v, stamp, 0) for k, v in final.items()])
+        # and, as tags, what ran: kernel backends per op, their version and library, torch threads
+        tags = [RunTag(key, value) for key, value in record_tags(result).items()]
+        metrics = [Metric(k, v, stamp, 0) for k, v in final.items()]
+        self.client.log_batch(run_id, metrics=metrics, tags=tags)
         if result.get("precision"):
             log_params(self.client, run_id, chosen_width_params(result["precision"]))
         for path in (
@@ -333,6 +344,7 @@ class MlflowTracker:
             "bits": str(config.bits),
             "seed": str(config.seed),
             "device": device_label,
+            "torch_threads": str(_torch_threads()),
             "dataset": str(Path(config.data).resolve()) if config.data else "",
             **{f"version.{name}": version for name, version in package_versions().items()},
         }

@@ -28,6 +28,7 @@ from tinykg_train.errors import TinyKGError
 from tinykg_train.memory import cuda_peak_bytes, peak_rss_bytes, reset_cuda_peak
 from tinykg_train.precision import prepare as prepare_precision
 from tinykg_train.run_dir import write_json_atomic, write_yaml_atomic
+from tinykg_train.runtime import kernel_calls, run_record
 from tinykg_train.session import ModelBuilder, Session, open_session, save_session
 from tinykg_train.threads import apply_threads
 from tinykg_train.tracking import Tracker
@@ -90,9 +91,13 @@ def run_epoch(session: Session, epoch: int, tracker: Tracker | None = None) -> d
 
 
 def final_result(
-    session: Session, test: dict[str, float], device_label: str, threads: int
+    session: Session,
+    test: dict[str, float],
+    device_label: str,
+    kernels_since: dict[str, dict[str, int]] | None = None,
 ) -> dict[str, Any]:
-    """The content of metrics.json: test metrics of the best epoch, histories, memory, the config."""
+    """The content of metrics.json: test metrics of the best epoch, histories, memory, the config,
+    and what ran (`runtime.run_record`: the kernel calls after `kernels_since`, per backend)."""
     config, state = session.config, session.state
     measured = [b for b in state.column("activation_bytes") if b is not None]
     result: dict[str, Any] = {
@@ -102,7 +107,6 @@ def final_result(
         "seed": config.seed,
         "dataset": str(session.dataset.path),
         "device": device_label,
-        "torch_threads": threads,
         "best_epoch": state.best_epoch,
         "best_valid": state.best_valid,
         "epochs_trained": state.next_epoch,
@@ -117,6 +121,7 @@ def final_result(
         "cuda_max_memory_allocated": cuda_peak_bytes(session.device),
         "n_parameters": sum(p.numel() for p in session.model.parameters()),
         "resumed_at_epoch": session.resumed_at,
+        **run_record(kernels_since),
         "config": config.to_dict(),
     }
     if session.kg_batches is not None:
@@ -126,14 +131,16 @@ def final_result(
     return result
 
 
-def finish(session: Session, device_label: str, threads: int) -> dict[str, Any]:
+def finish(
+    session: Session, device_label: str, kernels_since: dict[str, dict[str, int]] | None = None
+) -> dict[str, Any]:
     """Rank the test split with the best epoch's weights; write metrics.json and the memory report."""
     state, run = session.state, session.run
     if state.best_model is None:
         raise TinyKGError(f"{run.path}: no epoch was evaluated, so there is no best model to test")
     session.model.load_state_dict(state.best_model)
     test = session.evaluator.evaluate(session.model, "test")
-    result = final_result(session, test, device_label, threads)
+    result = final_result(session, test, device_label, kernels_since)
     if state.activation_by_module:
         widths = None if session.precision is None else session.precision.cf_module_widths()
         write_activation_table(run.activation_table, state.activation_by_module, widths)
@@ -167,7 +174,8 @@ def train(
     propagates. `model_builder` replaces `tinykg_train.models.build_model` (for a model of your own
     that follows the Recommender contract).
     """
-    threads = apply_threads(config.threads)  # once, before anything runs torch ops
+    apply_threads(config.threads)  # once, before anything runs torch ops; run_record records it
+    kernels_before = kernel_calls()  # metrics.json records the backends this run's calls ran on
     device = resolve_device(config.device)
     device_label = describe_device(device)
     reset_cuda_peak(device)
@@ -186,7 +194,7 @@ def train(
     write_yaml_atomic(run.config, config.to_dict())
     try:
         fit(session, tracker, on_epoch)
-        result = finish(session, device_label, threads)
+        result = finish(session, device_label, kernels_before)
         if tracker is not None:
             tracker.finish(result, run)
     except KeyboardInterrupt:

@@ -1,9 +1,10 @@
-"""Float32 CPU loops as native code, built on first use and loaded with ctypes (`library`): the
-codec (`codec.cpp`, called from `codec`), the plane-mask passes of the LeakyReLU pair and dropout
-(`planes.cpp`, `plane_passes`) and a CSR sparse-dense product (`spmm.cpp`, `sparse`).
+"""The `cpu-native` backend: float32 CPU loops as native code, built on first use and loaded with
+ctypes (`library`): the codec (`codec.cpp`, called from `codec`), the plane-mask passes of the
+LeakyReLU pair and dropout (`planes.cpp`, `plane_passes`) and a CSR sparse-dense product
+(`spmm.cpp`, `sparse`).
 
-Inductor's fused quantize loop (`compiled_ops`) pays for its generality (vector-mask selects, a
-scalar packing loop): the same IEEE steps as plain loops quantize 2.9x faster at INT2, and a CSR
+Inductor's fused quantize loop (`cpu_ops`, backend `cpu-inductor`) pays for its generality
+(vector-mask selects, a scalar packing loop): the same IEEE steps as plain loops quantize 2.9x faster at INT2, and a CSR
 product that keeps each output row in registers runs 1.4x torch's on one core
 (`benchmarks.bench_kernels`, section kernels-cpu).
 This package compiles the sources once per machine (the C++ compiler inductor needs anyway: `$CXX`,
@@ -12,13 +13,13 @@ under `$TINYKG_KERNELS_CACHE` (default `~/.cache/tinykg_kernels`), keyed by the 
 flags and CPU, and calls it on torch tensors' memory.
 
 - The codec equals `reference.quantize` with `counter_noise` and `reference.dequantize` bit for bit,
-  as the compiled path's does (tested), so the two are interchangeable: `compiled_ops` calls it
-  where it applies (float32 values, bfloat16 parameters, whole groups) and its inductor loops
-  elsewhere or when no library could be built.
+  as inductor's loops do (tested), so the two are interchangeable: `cpu_ops` calls it where it
+  applies (float32 values, bfloat16 parameters, whole groups) and inductor's loops elsewhere.
 - `csr_matmul` sums each row's entries in order (deterministic); it equals the dense product to
   float32 rounding, not torch's CSR product bit for bit.
 
-`TINYKG_KERNELS_NATIVE=0` turns it off (the inductor loops and torch's CSR product then run).
+`TINYKG_KERNELS_NATIVE=0` turns it off (under `auto`, inductor's loops and torch's CSR product then
+run); `status()` says whether the library is loaded, for a run's record.
 """
 
 from tinykg_kernels.native.codec import codec_applies, dequantize_groups, quantize_groups
@@ -30,6 +31,7 @@ from tinykg_kernels.native.library import (
     available,
     enabled,
     failure,
+    status,
 )
 from tinykg_kernels.native.plane_passes import (
     dropout_apply,
@@ -59,4 +61,5 @@ __all__ = [
     "leaky_pair_backward",
     "planes_applies",
     "quantize_groups",
+    "status",
 ]

@@ -135,8 +135,8 @@ def load() -> ctypes.CDLL | None:
             function.argtypes, function.restype = arguments, result
         return library
     warnings.warn(
-        f"tinykg_kernels: the native CPU loops are off in this process ({_failure}); the compiled "
-        "(inductor) loops run instead, with the same results (TINYKG_KERNELS_NATIVE=0 silences this)",
+        f"tinykg_kernels: the native CPU loops are off in this process ({_failure}); the "
+        "cpu-inductor loops run instead, with the same results (TINYKG_KERNELS_NATIVE=0 silences this)",
         RuntimeWarning,
         stacklevel=2,
     )
@@ -146,3 +146,13 @@ def load() -> ctypes.CDLL | None:
 def available() -> bool:
     """Whether the native loops can run in this process (enabled, and the library loaded)."""
     return enabled() and load() is not None
+
+
+def status() -> str:
+    """The library's state in this process, for a run's record: `loaded`, `not loaded` (no call
+    needed it yet), `off (TINYKG_KERNELS_NATIVE=0)`, or `unavailable: <why>`."""
+    if not enabled():
+        return f"off ({NATIVE_ENV}=0)"
+    if load.cache_info().currsize == 0:
+        return "not loaded"
+    return "loaded" if load() is not None else f"unavailable: {_failure}"

@@ -1,6 +1,7 @@
 """Compress one float activation per a `CompressionConfig`, and restore it for backward.
 
-The quantizer itself is `tinykg_kernels` (Triton on CUDA, torch elsewhere); this module decides what
+The quantizer itself is `tinykg_kernels` (Triton on CUDA, native C++ loops for large CPU tensors,
+torch for the rest; `tinykg_kernels.dispatch`); this module decides what
 to compress and how it is grouped (`CompressionConfig.group_for`), optionally projects linear inputs
 first (EXACT), and wraps the result so it can travel through `ctx.save_for_backward` as plain tensors
 (`parts()` / `rebuild(meta, parts)`).

@@ -1,7 +1,7 @@
 """1-bit packed boolean masks (ReLU/LeakyReLU signs, dropout keeps, bool tensors autograd saves).
 
 A bool tensor costs one byte per element in torch; packed, eight elements share a byte. `PackedMask`
-packs with `tinykg_kernels.pack_bits` (the compiled codec for large CPU masks, torch ops elsewhere);
+packs with `tinykg_kernels.pack_bits` (inductor's loops for large CPU masks, torch ops elsewhere);
 `PlaneMask` holds the plane-layout masks a fused kernel wrote (`tinykg_kernels.planes`).
 """
 

@@ -1,5 +1,5 @@
 """Propagation over a fixed graph with edge weights that need no gradient, as a CSR sparse matmul
-(`tinykg_kernels.native.csr_matmul` for float32 CPU tensors, torch's CSR product elsewhere).
+(`tinykg_kernels.csr_matmul`: native loops for float32 CPU tensors, torch's CSR product elsewhere).
 
 `ops.spmm` gathers one message per edge (`[E, dim]`) and scatters it back; on the CKG of lfm1m
 (1.6M edges) that is ~20x slower on CPU than a CSR matmul, which never builds the messages. When the
@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tinykg_kernels import native
+from tinykg_kernels import csr_matmul
 from tinykg_train.compress.saving import apply_compressed
 
 INT32_LIMIT = 2**31 - 1
@@ -65,11 +65,6 @@ class CSRGraph(nn.Module):
     def matrix(self, values: torch.Tensor) -> torch.Tensor:
         return _csr(self.crow, self.col, values, (self.num_nodes, self.num_sources))
 
-    def transposed_csr(self, transposed_values: torch.Tensor) -> torch.Tensor:
-        """`A^T` from its entries already in transposed order."""
-        shape = (self.num_sources, self.num_nodes)
-        return _csr(self.crow_t, self.col_t, transposed_values, shape)
-
     def forward(self, x: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         """`A @ x` for `x [num_sources, dim]`: `[num_nodes, dim]`."""
         if x.shape[0] != self.num_sources:
@@ -86,7 +81,7 @@ class _CSRMatmul(torch.autograd.Function):
     def forward(ctx: Any, x: torch.Tensor, values: torch.Tensor, graph: CSRGraph) -> torch.Tensor:
         ctx.graph = graph
         ctx.save_for_backward(values if ctx.needs_input_grad[0] else None)
-        return _product(graph.crow, graph.col, values, x, graph.matrix)
+        return csr_matmul(graph.crow, graph.col, values, x)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None]:
@@ -95,16 +90,7 @@ class _CSRMatmul(torch.autograd.Function):
             return None, None, None
         graph = ctx.graph
         transposed = values[graph.transposed_order]
-        product = _product(graph.crow_t, graph.col_t, transposed, grad, graph.transposed_csr)
-        return product, None, None
-
-
-def _product(crow, col, values, x, as_matrix) -> torch.Tensor:
-    """`A @ x`: `tinykg_kernels.native.csr_matmul` for float32 CPU tensors (faster than
-    torch's CSR product there), else torch's CSR product (`as_matrix(values)`, e.g. on CUDA)."""
-    if native.csr_applies(crow, col, values, x):
-        return native.csr_matmul(crow, col, values, x)
-    return as_matrix(values) @ x.contiguous()
+        return csr_matmul(graph.crow_t, graph.col_t, transposed, grad), None, None
 
 
 def _crow(rows: torch.Tensor, num_rows: int) -> torch.Tensor:

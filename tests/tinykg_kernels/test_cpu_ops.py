@@ -1,6 +1,6 @@
-"""The compiled CPU backend equals the reference codec bit for bit given the same counter noise, is
-unbiased, works inside autograd's saved-tensor hooks, and falls back to the eager path (with one
-warning) when torch.compile fails."""
+"""The CPU backends' codec (cpu-native and cpu-inductor loops) equals the reference codec bit for bit
+given the same counter noise, is unbiased, works inside autograd's saved-tensor hooks, and falls back
+to the eager path (with one warning) when torch.compile fails."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import warnings
 import pytest
 import torch
 
-from tinykg_kernels import compiled_ops, dequantize, dispatch, quantize, reference
+from tinykg_kernels import backend_usage, cpu_ops, dequantize, dispatch, quantize, reference
 from tinykg_kernels.counter_noise import counter_noise, seed_keys
 from tinykg_kernels.packing import GroupLayout
 
@@ -63,62 +63,69 @@ def test_equals_the_reference_with_counter_noise(
 ):
     x = awkward_input(shape, dtype)
     layout = GroupLayout.for_shape(shape, group_size, bits)
-    got = compiled_ops.quantize(x.reshape(-1), layout, scheme, param_dtype, seed)
+    native_loops = cpu_loops == "cpu-native"
+    got = cpu_ops.quantize(x.reshape(-1), layout, scheme, param_dtype, seed, native_loops=native_loops)
     expected = reference_parts(x, layout, scheme, param_dtype, seed)
     assert_same_parts(got, expected)
-    back = compiled_ops.dequantize(*got, layout, scheme, dtype)
+    back = cpu_ops.dequantize(*got, layout, scheme, dtype, native_loops=native_loops)
     want = reference.dequantize(*expected, layout, scheme, dtype)
     assert back.dtype == dtype and torch.equal(back.view(torch.uint8), want.view(torch.uint8))
 
 
 def test_which_layouts_compile():
     cpu = torch.device("cpu")
-    assert compiled_ops.compiles(GroupLayout(numel=640, group_len=64, bits=2), cpu)
-    assert not compiled_ops.compiles(GroupLayout(numel=200, group_len=10, bits=2), cpu)
-    assert compiled_ops.compiles(GroupLayout(numel=210, group_len=100, bits=4), cpu)
-    assert not compiled_ops.compiles(GroupLayout(numel=30, group_len=64, bits=2), cpu)
-    assert not compiled_ops.compiles(GroupLayout(numel=2**31, group_len=64, bits=2), cpu)
-    assert not compiled_ops.compiles(
+    assert cpu_ops.compiles(GroupLayout(numel=640, group_len=64, bits=2), cpu)
+    assert not cpu_ops.compiles(GroupLayout(numel=200, group_len=10, bits=2), cpu)
+    assert cpu_ops.compiles(GroupLayout(numel=210, group_len=100, bits=4), cpu)
+    assert not cpu_ops.compiles(GroupLayout(numel=30, group_len=64, bits=2), cpu)
+    assert not cpu_ops.compiles(GroupLayout(numel=2**31, group_len=64, bits=2), cpu)
+    assert not cpu_ops.compiles(
         GroupLayout(numel=640, group_len=64, bits=2), torch.device("meta")
     )
 
 
-def test_any_number_of_groups_runs_one_graph():
-    """Groups are a dynamic size: quantize and dequantize compile once for every tensor length
-    (one group included), and give the reference's bytes at each."""
+def test_any_number_of_groups_runs_one_inductor_graph():
+    """Groups are a dynamic size: inductor's quantize and dequantize compile once for every tensor
+    length (one group included), and give the reference's bytes at each."""
     layout_of = lambda rows: GroupLayout.for_shape((rows, 48), None, 4)  # noqa: E731
-    compiled_ops.quantize(torch.randn(5 * 48), layout_of(5), "uniform", torch.bfloat16, 1)
-    compiles = compiled_ops._compiled.cache_info().misses
+    inductor = {"native_loops": False}
+    cpu_ops.quantize(torch.randn(5 * 48), layout_of(5), "uniform", torch.bfloat16, 1, **inductor)
+    compiles = cpu_ops._compiled.cache_info().misses
     for rows in (1, *range(7, 300, 23)):
         x = torch.randn(rows, 48)
-        parts = compiled_ops.quantize(x.reshape(-1), layout_of(rows), "uniform", torch.bfloat16, 3)
+        parts = cpu_ops.quantize(
+            x.reshape(-1), layout_of(rows), "uniform", torch.bfloat16, 3, **inductor
+        )
         assert_same_parts(parts, reference_parts(x, layout_of(rows), "uniform", torch.bfloat16, 3))
-        back = compiled_ops.dequantize(*parts, layout_of(rows), "uniform", torch.float32)
+        back = cpu_ops.dequantize(*parts, layout_of(rows), "uniform", torch.float32, **inductor)
         assert torch.equal(
             back, reference.dequantize(*parts, layout_of(rows), "uniform", torch.float32)
         )
-    assert compiled_ops._compiled.cache_info().misses - compiles <= 1  # the dequantize graph
+    assert cpu_ops._compiled.cache_info().misses - compiles <= 1  # the dequantize graph
 
 
-def test_the_public_api_reaches_it_and_a_seed_reproduces_the_codes():
+def test_the_public_api_reaches_it_and_a_seed_reproduces_the_codes(cpu_loops):
     x = torch.randn(50, 64)
-    first = quantize(x, bits=2, seed=11, backend="compiled")
-    assert torch.equal(first.codes, quantize(x, bits=2, seed=11, backend="compiled").codes)
-    assert not torch.equal(first.codes, quantize(x, bits=2, seed=12, backend="compiled").codes)
+    before = backend_usage()
+    first = quantize(x, bits=2, seed=11, backend=cpu_loops)
+    assert torch.equal(first.codes, quantize(x, bits=2, seed=11, backend=cpu_loops).codes)
+    assert not torch.equal(first.codes, quantize(x, bits=2, seed=12, backend=cpu_loops).codes)
     layout = GroupLayout.for_shape(tuple(x.shape), None, 2)
     assert_same_parts(first.tensors(), reference_parts(x, layout, "uniform", torch.bfloat16, 11))
-    assert torch.equal(dequantize(first, backend="compiled"), dequantize(first, backend="torch"))
+    assert torch.equal(dequantize(first, backend=cpu_loops), dequantize(first, backend="torch"))
+    assert backend_usage(since=before) == {
+        "dequantize": {cpu_loops: 1, "torch": 1},
+        "quantize": {cpu_loops: 3},
+    }
 
 
-def test_auto_uses_it_for_large_cpu_tensors_only(monkeypatch):
+def test_auto_uses_the_cpu_loops_for_large_cpu_tensors_only(monkeypatch, cpu_loops):
     monkeypatch.delenv(dispatch.BACKEND_ENV, raising=False)
-    calls = []
-    real = compiled_ops.quantize
-    monkeypatch.setattr(compiled_ops, "quantize", lambda *a, **k: calls.append(1) or real(*a, **k))
+    before = backend_usage()
     quantize(torch.randn(4, 64), seed=1)
-    assert calls == []
-    quantize(torch.randn(dispatch.COMPILED_MIN_NUMEL // 64, 64), seed=1)
-    assert calls == [1]
+    assert backend_usage(since=before) == {"quantize": {"torch": 1}}
+    quantize(torch.randn(dispatch.CPU_LOOPS_MIN_NUMEL // 64, 64), seed=1)
+    assert backend_usage(since=before) == {"quantize": {cpu_loops: 1, "torch": 1}}
 
 
 @pytest.mark.parametrize("bits", [1, 2])
@@ -128,12 +135,12 @@ def test_stochastic_rounding_is_unbiased(bits: int, cpu_loops):
     draws = 600
     total = torch.zeros_like(x)
     for seed in range(draws):
-        total += dequantize(quantize(x, bits=bits, seed=seed, backend="compiled"), backend="torch")
+        total += dequantize(quantize(x, bits=bits, seed=seed, backend=cpu_loops), backend="torch")
     step = (x.amax(1, keepdim=True) - x.amin(1, keepdim=True)) / (2**bits - 1)
     error = ((total / draws - x) / step).abs()
     # per element the mean of `draws` roundings has std <= 0.5 step / sqrt(draws) = 0.02 step
     assert float(error.mean()) < 0.02 and float(error.max()) < 0.11
-    nearest = dequantize(quantize(x, bits=bits, stochastic=False, backend="compiled"))
+    nearest = dequantize(quantize(x, bits=bits, stochastic=False, backend=cpu_loops))
     assert float(((nearest - x) / step).abs().mean()) > 0.1
 
 
@@ -143,10 +150,10 @@ def test_runs_inside_saved_tensor_hooks_and_gradients_follow():
     x = torch.randn(2048, 64)
 
     def pack(t):
-        return quantize(t, bits=8, seed=5, backend="compiled") if t.numel() > 64 * 64 else t
+        return quantize(t, bits=8, seed=5, backend="cpu-inductor") if t.numel() > 64 * 64 else t
 
     def unpack(p):
-        return dequantize(p, backend="compiled") if not isinstance(p, torch.Tensor) else p
+        return dequantize(p, backend="cpu-inductor") if not isinstance(p, torch.Tensor) else p
 
     with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
         loss = torch.relu(x @ w).pow(2).sum()
@@ -160,13 +167,13 @@ def test_a_failed_compile_warns_once_and_runs_the_same_math_eagerly(no_compiler)
     x = torch.randn(64, 64)
     layout = GroupLayout.for_shape(tuple(x.shape), None, 2)
     with pytest.warns(RuntimeWarning, match="torch.compile failed .*No working C\\+\\+ compiler"):
-        got = compiled_ops.quantize(x.reshape(-1), layout, "uniform", torch.bfloat16, SEED)
+        got = cpu_ops.quantize(x.reshape(-1), layout, "uniform", torch.bfloat16, SEED)
     assert_same_parts(got, reference_parts(x, layout, "uniform", torch.bfloat16, SEED))
     assert (
-        compiled_ops.failure() == "RuntimeError: InvalidCxxCompiler: No working C++ compiler found"
+        cpu_ops.failure() == "RuntimeError: InvalidCxxCompiler: No working C++ compiler found"
     )
     assert dispatch.select_backend(torch.device("cpu"), "auto", 10**6) == "torch"
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no second warning; nothing compiles any more
-        again = compiled_ops.quantize(x.reshape(-1), layout, "uniform", torch.bfloat16, SEED)
+        again = cpu_ops.quantize(x.reshape(-1), layout, "uniform", torch.bfloat16, SEED)
     assert_same_parts(again, got)

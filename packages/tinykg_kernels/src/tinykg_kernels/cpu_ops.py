@@ -1,24 +1,28 @@
-"""The `compiled` backend: the reference codec fused by inductor (torch.compile's compiler) for CPU
-tensors.
+"""The CPU backends' loops for the codec and bit masks: `cpu-native` (C++ loops, `native`) where
+they apply, `cpu-inductor` (the reference math fused by inductor, torch.compile's compiler) for the
+rest, both CPU tensors only.
 
 The eager torch path makes about ten passes over a tensor (min, max, shift, scale, noise, floor,
 clamp, cast, pack) and draws its noise with `torch.rand`; on one CPU core that is ~0.6 GB/s. Here
 the same float32 steps (`reference.group_params`, the `t` of `reference.quantize`, its encoding)
-run as one vectorized C++ loop that generates `counter_noise` inline and packs the codes through
+run as one vectorized loop that generates `counter_noise` inline and packs the codes through
 integer words, so the result equals `reference.quantize(..., noise=counter_noise(seed))` bit for bit
-(and dequantize equals `reference.dequantize`). Inductor must keep the bfloat16/float16 roundings
-of the parameters (`emulate_precision_casts`), or the directed rounding would be optimized away.
+(and dequantize equals `reference.dequantize`), whichever of the two loops runs.
 
-What compiles: groups whose length is a multiple of the codes per byte, fewer than 2**31 elements,
-on a little-endian CPU; a short last group (blocks that do not divide the tensor) runs eagerly beside
-them. Anything else runs the same math eagerly. One compile per (bits, scheme, dtypes, group
-length): a few seconds the first time in a process (inductor's on-disk cache shortens it later);
-the number of groups is dynamic. The graphs are traced with make_fx and called directly, without
-dynamo's per-call frame evaluation (`_compile_with_dynamic_size`).
+`cpu-native`: float32 values with bfloat16 parameters (the default for float32 activations) go to
+`tinykg_kernels.native`: plain C++ loops, the same bits, faster (`benchmarks.bench_kernels`).
 
-Float32 values with bfloat16 parameters (the default) go to `tinykg_kernels.native` instead: the same
-steps as plain C++ loops, the same bits, faster (`benchmarks.bench_kernels`). These loops serve
-every other dtype, and everything when no native library could be built.
+`cpu-inductor`: every other dtype, the bit masks, and everything when `cpu-inductor` is asked for
+or no native library could be built. Inductor must keep the bfloat16/float16 roundings of the
+parameters (`emulate_precision_casts`), or the directed rounding would be optimized away. One
+compile per (bits, scheme, dtypes, group length): a few seconds the first time in a process
+(inductor's on-disk cache shortens it later); the number of groups is dynamic. The graphs are traced
+with make_fx and called directly, without dynamo's per-call frame evaluation
+(`_compile_with_dynamic_size`).
+
+What runs in loops: groups whose length is a multiple of the codes per byte, fewer than 2**31
+elements, on a little-endian CPU; a short last group (blocks that do not divide the tensor) runs
+eagerly beside them. Anything else runs the same math eagerly (recorded as `torch`).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from collections.abc import Callable
 
 import torch
 
-from tinykg_kernels import bitmask, native, reference
+from tinykg_kernels import bitmask, native, reference, usage
 from tinykg_kernels.counter_noise import MAX_NUMEL, counter_noise, key_words, seed_keys
 from tinykg_kernels.levels import interval_constants
 from tinykg_kernels.packing import GroupLayout
@@ -43,8 +47,8 @@ _failure: str | None = None  # why compiling failed in this process (then nothin
 
 
 def compiles(layout: GroupLayout, device: torch.device) -> bool:
-    """Whether the full groups of a call with this layout on this device run compiled (else the
-    whole call runs eagerly, same math)."""
+    """Whether the full groups of a call with this layout on this device run in the CPU loops
+    (else the whole call runs eagerly, same math)."""
     return (
         _failure is None
         and device.type == "cpu"
@@ -64,8 +68,14 @@ def _split(layout: GroupLayout) -> tuple[GroupLayout, GroupLayout | None]:
 
 
 def failure() -> str | None:
-    """Why the compiled backend is off in this process (a failed compile), or None."""
+    """Why `cpu-inductor` is off in this process (a failed compile), or None."""
     return _failure
+
+
+def inductor_or_torch() -> str:
+    """What a `run_compiled` call ran: inductor's loops, or the same body eagerly after a failed
+    compile."""
+    return "cpu-inductor" if _failure is None else "torch"
 
 
 # -- the fused bodies (traced by make_fx; plain torch, runnable eagerly too) -------------------------
@@ -255,7 +265,7 @@ def run_compiled(
         if _failure is None:
             _failure = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"
             warnings.warn(
-                f"tinykg_kernels: torch.compile failed ({_failure}); the compiled CPU backend is off "
+                f"tinykg_kernels: torch.compile failed ({_failure}); backend cpu-inductor is off "
                 "in this process and the torch path runs instead (install a C++ compiler, e.g. g++, "
                 "or set TINYKG_KERNELS_BACKEND=torch to silence this)",
                 RuntimeWarning,
@@ -264,7 +274,7 @@ def run_compiled(
         return body_factory(*key)(*args)
 
 
-# -- the backend -------------------------------------------------------------------------------------
+# -- the backends ------------------------------------------------------------------------------------
 
 
 def quantize(
@@ -273,23 +283,29 @@ def quantize(
     scheme: str,
     param_dtype: torch.dtype,
     seed: int | None,
+    *,
+    native_loops: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Flat tensor -> (codes, scale, zero), equal to `reference.quantize` with noise
-    `counter_noise(seed_keys(seed))` (round to nearest when `seed` is None)."""
+    `counter_noise(seed_keys(seed))` (round to nearest when `seed` is None); the native loops
+    where they apply unless `native_loops` is False, else inductor's. Recorded in `usage`."""
     stochastic = seed is not None
     if not compiles(layout, flat.device):
+        usage.record("quantize", "torch")
         noise_keys = seed_keys(seed) if stochastic else None
         return _quantize_eagerly(flat, layout, scheme, param_dtype, noise_keys)
     body, tail = _split(layout)
     x = flat[: body.numel].view(body.n_groups, body.group_len)
-    if native.codec_applies(flat.dtype, param_dtype, flat.device):  # the same codes, faster
+    if native_loops and native.codec_applies(flat.dtype, param_dtype, flat.device):
         normal = interval_constants(layout.group_len) if scheme == "normal" else None
         words = key_words(seed) if stochastic else None
         codes, scale, zero, _ = native.quantize_groups(x.contiguous(), layout.bits, normal, words)
+        usage.record("quantize", "cpu-native")
     else:
         keys = seed_keys(seed if stochastic else 0)  # the body ignores them when not stochastic
         key = (scheme, layout.bits, param_dtype, stochastic, layout.group_len)
         codes, scale, zero, bad = run_compiled(_quantize_body, key, x, keys, dynamic=(0, None))
+        usage.record("quantize", inductor_or_torch())
         if bool(bad.any()):  # NaN/Inf groups store codes 0 and NaN parameters, as the reference
             codes = codes.masked_fill(bad[:, None], 0)
             # the reference's NaN bits (a vectorized float32-to-bfloat16 conversion writes others)
@@ -316,22 +332,28 @@ def dequantize(
     layout: GroupLayout,
     scheme: str,
     dtype: torch.dtype,
+    *,
+    native_loops: bool = True,
 ) -> torch.Tensor:
-    """(codes, scale, zero) -> flat tensor of `numel` values in `dtype`, as `reference.dequantize`."""
+    """(codes, scale, zero) -> flat tensor of `numel` values in `dtype`, as `reference.dequantize`
+    (native loops as in `quantize`). Recorded in `usage`."""
     if not compiles(layout, codes.device):
+        usage.record("dequantize", "torch")
         return reference.dequantize(codes, scale, zero, layout, scheme, dtype)
     body, tail = _split(layout)
     n = body.n_groups
-    if native.codec_applies(dtype, scale.dtype, codes.device):  # the same values, faster
+    if native_loops and native.codec_applies(dtype, scale.dtype, codes.device):
         levels = interval_constants(layout.group_len)[0] if scheme == "normal" else None
         values = native.dequantize_groups(
             codes[:n].contiguous(), scale[:n], zero[:n], layout.group_len, layout.bits, levels
         )
+        usage.record("dequantize", "cpu-native")
     else:
         key = (scheme, layout.bits, dtype, layout.group_len)
         values = run_compiled(
             _dequantize_body, key, codes[:n], scale[:n], zero[:n], dynamic=(0, 0, 0)
         )
+        usage.record("dequantize", inductor_or_torch())
     values = values.reshape(-1)
     if tail is None:
         return values
@@ -340,20 +362,25 @@ def dequantize(
 
 
 def pack_bits(flat: torch.Tensor) -> torch.Tensor:
-    """`bitmask.pack_bits` of a flat bool CPU tensor: whole bytes compiled, a last partial byte
-    eagerly."""
+    """`bitmask.pack_bits` of a flat bool CPU tensor: whole bytes in inductor's loops (there are
+    no native ones), a last partial byte eagerly. Recorded in `usage`."""
     whole = flat.numel() // 8 * 8
     if _failure is not None or whole == 0:
+        usage.record("pack_bits", "torch")
         return bitmask.pack_bits_eagerly(flat)
     packed = run_compiled(_pack_bits_body, (), flat[:whole], dynamic=(0,))
+    usage.record("pack_bits", inductor_or_torch())
     if whole == flat.numel():
         return packed
     return torch.cat([packed, bitmask.pack_bits_eagerly(flat[whole:])])
 
 
 def unpack_bits(packed: torch.Tensor, numel: int, dtype: torch.dtype = torch.bool) -> torch.Tensor:
-    """`bitmask.unpack_bits` to a flat CPU tensor of `numel` elements: bool, or 1/0 in `dtype`."""
+    """`bitmask.unpack_bits` to a flat CPU tensor of `numel` elements: bool, or 1/0 in `dtype`
+    (inductor's loops, as `pack_bits`). Recorded in `usage`."""
     if _failure is not None or numel < 8:
+        usage.record("unpack_bits", "torch")
         return bitmask.unpack_bits_eagerly(packed, numel).to(dtype)
     mask = run_compiled(_unpack_bits_body, (dtype,), packed, dynamic=(0,))
+    usage.record("unpack_bits", inductor_or_torch())
     return mask[:numel]
