@@ -21,10 +21,10 @@ import torch
 
 @dataclass
 class Hint:
-    """One coming step's rows: sorted unique host ids per table, and the slots the load pinned."""
+    """One coming step's rows: sorted unique host ids per table, and what the load pinned."""
 
     ids: dict[str, torch.Tensor]
-    slots: dict[str, torch.Tensor] = field(default_factory=dict)
+    slots: dict[str, object] = field(default_factory=dict)
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
 

@@ -18,7 +18,7 @@ class ResidentTable:
         self.n_rows, self.dim = weight.shape
         self.counts: dict[str, int] = {}
 
-    def acquire(self, ids: torch.Tensor) -> None:
+    def acquire(self, ids: torch.Tensor, *, lookahead: int = 0) -> None:
         """Nothing to place: the rows are on the device (no handle to release)."""
         return None
 

@@ -21,7 +21,7 @@ def sparse_adam_step_size(step: int, *, lr: float, beta1: float, beta2: float) -
     return lr * math.sqrt(1 - beta2**step) / (1 - beta1**step)
 
 
-def adam_rows(
+def adam_rows_(
     weight: torch.Tensor,
     exp_avg: torch.Tensor,
     exp_avg_sq: torch.Tensor,
@@ -32,14 +32,18 @@ def adam_rows(
     beta1: float,
     beta2: float,
     eps: float,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """New (weight, exp_avg, exp_avg_sq) rows after one SparseAdam update with `grad` (one row per
-    row, duplicates already summed); the inputs are left unchanged."""
+) -> None:
+    """One SparseAdam update of gathered rows, in place: `weight`, `exp_avg`, `exp_avg_sq` are the
+    rows' copies [n, dim] (not views of the tables), `grad` their gradient, duplicates summed.
+
+    In place because a step's rows are large (20k x 64 floats is 5 MB a tensor) and fresh buffers
+    that size cost page faults on the CPU; every value is SparseAdam's: `old + update` is the same
+    float as SparseAdam's `update + old`, and its denominator is the new second moment's root.
+    """
     exp_avg_update = grad.sub(exp_avg).mul_(1 - beta1)
     exp_avg_sq_update = grad.pow(2).sub_(exp_avg_sq).mul_(1 - beta2)
-    new_exp_avg = exp_avg + exp_avg_update
-    new_exp_avg_sq = exp_avg_sq + exp_avg_sq_update
-    denom = exp_avg_sq_update.add_(exp_avg_sq).sqrt_().add_(eps)
+    exp_avg.add_(exp_avg_update)
+    exp_avg_sq.add_(exp_avg_sq_update)
+    denom = torch.sqrt(exp_avg_sq, out=exp_avg_sq_update).add_(eps)
     step_size = sparse_adam_step_size(step, lr=lr, beta1=beta1, beta2=beta2)
-    new_weight = weight + (-step_size * exp_avg_update.add_(exp_avg).div_(denom))
-    return new_weight, new_exp_avg, new_exp_avg_sq
+    weight.add_(torch.div(exp_avg, denom, out=exp_avg_update).mul_(-step_size))

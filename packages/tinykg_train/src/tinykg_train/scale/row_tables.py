@@ -30,7 +30,7 @@ from tinykg_train.errors import ConfigError, TinyKGError
 from tinykg_train.scale.device_cache import DeviceCache
 from tinykg_train.scale.prefetch import Hint, Prefetcher
 from tinykg_train.scale.resident import ResidentTable
-from tinykg_train.scale.row_adam import adam_rows
+from tinykg_train.scale.row_adam import adam_rows_
 from tinykg_train.scale.step_rows import GatheredTable, StepRows
 from tinykg_train.scale.streams import Streams
 
@@ -230,7 +230,7 @@ class RowTables:
             ids_host = torch.unique(ids.cpu())
             if hint is not None and not torch.equal(hint.ids.get(name, ids_host[:0]), ids_host):
                 self._mismatched_hints += 1
-            handle = store.acquire(ids_host)
+            handle = store.acquire(ids_host, lookahead=self._prefetcher.pending)
             index = handle.to(self.device, non_blocking=True)
             unique = ids_host.to(self.device, non_blocking=True)
         else:
@@ -253,11 +253,9 @@ class RowTables:
             grad = grad.values()
         if grad.numel() == 0:
             return False
-        weight, exp_avg, exp_avg_sq = tensors
-        new = adam_rows(
-            weight.index_select(0, index),
-            exp_avg.index_select(0, index),
-            exp_avg_sq.index_select(0, index),
+        rows = [tensor.index_select(0, index) for tensor in tensors]
+        adam_rows_(
+            *rows,
             grad,
             step=self._steps[name],
             lr=self.lr,
@@ -265,20 +263,20 @@ class RowTables:
             beta2=self.betas[1],
             eps=self.eps,
         )
-        for target, rows in zip(tensors, new, strict=True):
-            target.index_copy_(0, index, rows)
+        for tensor, updated in zip(tensors, rows, strict=True):
+            tensor.index_copy_(0, index, updated)
         return True
 
     def _load_hint(self, hint: Hint) -> None:
         """Prefetch thread: pin and copy in one hint's rows, table by table."""
         for name, ids in hint.ids.items():
-            slots = self._stores[name].acquire(ids, background=True)
-            if slots is not None:
-                hint.slots[name] = slots
+            pins = self._stores[name].hint(ids)
+            if pins is not None:
+                hint.slots[name] = pins
 
     def _release_hint(self, hint: Hint) -> None:
-        for name, slots in hint.slots.items():
-            self._stores[name].release(slots)
+        for name, pins in hint.slots.items():
+            self._stores[name].release_hint(pins)
         hint.slots = {}
 
     def _store(self, name: str):
