@@ -163,12 +163,14 @@ def test_a_fixed_cache_too_small_for_a_step_names_the_smallest_that_works():
     tables = RowTables(
         {"entity": torch.randn(100, 4)}, device="cpu", lr=0.01, offload=True, cache_rows=10
     )
+    tables.step(tables.gather({"entity": torch.arange(5)}))  # rows 0..4 cached: hits below
     with pytest.raises(
         TinyKGError,
         match=r"cache_rows=10 is too small for table 'entity'.*needs 30 of its rows.*use cache_rows >= 30",
     ):
         tables.gather({"entity": torch.arange(30)})
-    rows = tables.gather({"entity": torch.arange(10)})  # nothing stayed pinned by the failed gather
+    assert tables._stores["entity"].pinned() == 0  # the failed gather left nothing pinned
+    rows = tables.gather({"entity": torch.arange(10)})
     tables.step(rows)
 
 

@@ -185,12 +185,15 @@ class DeviceCache:
     def _place(self, ids: torch.Tensor, *, background: bool) -> torch.Tensor | None:
         slots = self._slot_of[ids].long()
         hit = slots >= 0
-        self._pins(background)[slots[hit]] += (
-            1  # first, so that this request's misses cannot evict its hits
-        )
+        # pinned first, so that this request's misses cannot evict its hits
+        self._pins(background)[slots[hit]] += 1
         missing = ids[~hit]
         if missing.numel():
-            free = self._free_slots(missing.numel(), background)
+            try:
+                free = self._free_slots(missing.numel(), background)
+            except TinyKGError:  # a fixed cache too small: nothing placed, unpin the hits again
+                self._pins(background)[slots[hit]] -= 1
+                raise
             if free is None:
                 self._pins(background)[slots[hit]] -= 1
                 self.counts["hints_skipped"] += 1

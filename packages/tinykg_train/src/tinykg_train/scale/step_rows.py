@@ -46,13 +46,15 @@ class StepRows:
         return {name: part.leaf for name, part in self.tables.items()}
 
     def __call__(self, table: str, ids: torch.Tensor) -> torch.Tensor:
-        """Rows at global `ids` (any shape; each must have been gathered): `ids.shape + (dim,)`."""
+        """Rows at global `ids` (any shape; each must have been gathered): `ids.shape + (dim,)`.
+        Membership is checked (on CUDA ids that costs one device sync per call)."""
         part = self.tables.get(table)
         if part is None:
             raise TinyKGError(
                 f"table '{table}' was not gathered for this step (gathered: {sorted(self.tables)}); "
                 f"name it in gather's needed ids"
             )
+        ids = ids.long()
         known = part.ids if ids.device == part.ids.device else part.ids_host.to(ids.device)
         position = torch.searchsorted(known, ids)
         if ids.numel() and (
