@@ -80,10 +80,10 @@ def train(tables, steps: list[Step], lookahead: int = 0) -> None:
         tables.step(rows)
 
 
-def train_reference(weights: dict[str, torch.Tensor], steps: list[Step]):
+def train_reference(weights: dict[str, torch.Tensor], steps: list[Step], device: str = "cpu"):
     """The same steps through nn.Embedding(sparse=True) and torch.optim.SparseAdam."""
     embeddings = {
-        name: torch.nn.Embedding.from_pretrained(w.clone(), freeze=False, sparse=True)
+        name: torch.nn.Embedding.from_pretrained(w.clone(), freeze=False, sparse=True).to(device)
         for name, w in weights.items()
     }
     optimizer = torch.optim.SparseAdam(
@@ -91,7 +91,7 @@ def train_reference(weights: dict[str, torch.Tensor], steps: list[Step]):
     )
     for step in steps:
         optimizer.zero_grad()
-        step_loss(step, lambda table, ids: embeddings[table](ids)).backward()
+        step_loss(step, lambda table, ids: embeddings[table](ids.to(device))).backward()
         optimizer.step()
     return embeddings, optimizer
 

@@ -223,3 +223,25 @@ def test_load_state_dict_refuses_other_tables_and_pending_steps(kit):
     tables.cancel_prefetch()
     tables.load_state_dict(state)
     tables.close()
+
+
+@pytest.mark.cuda
+def test_on_a_gpu_offloaded_tables_sit_in_pinned_memory_and_match_on_device_bits(kit):
+    steps = kit.make_steps(80, seed=7)
+    settings = {"device": "cuda", "lr": kit.LR, "betas": kit.BETAS, "eps": kit.EPS}
+    with (
+        RowTables(kit.initial_tables(), **settings) as resident,
+        RowTables(kit.initial_tables(), **settings, offload=True, cache_rows=300) as cached,
+    ):
+        kit.train(resident, steps)
+        kit.train(cached, steps, lookahead=3)
+        assert all(cached.table(name).is_pinned() for name in kit.SIZES)
+        kit.assert_same_state(resident.state_dict(), cached.state_dict())
+        capacities = {name: min(300, rows) for name, (rows, _) in kit.SIZES.items()}
+        assert cached.memory()["device"] == sum(
+            3 * capacities[name] * dim * 4 for name, (_, dim) in kit.SIZES.items()
+        )
+        state = resident.state_dict()["tables"]
+    embeddings, _ = kit.train_reference(kit.initial_tables(), steps, device="cuda")
+    for name, embedding in embeddings.items():  # CUDA's sparse kernels may sum in another order
+        torch.testing.assert_close(state[name]["weight"], embedding.weight.data)
