@@ -43,8 +43,11 @@ class RowTables:
 
     `tables` (name -> float tensor [rows, dim]) are taken over and updated in place where they
     already sit in the right memory (pass clones to keep the originals). `cache_rows` (offload
-    only): rows each table's device cache holds at most; None = grow on demand to what a step plus
-    the look-ahead pins (see `DeviceCache`).
+    only): rows each table's device cache holds at most (capped at the table's rows); a step whose
+    own rows do not fit raises, naming the smallest that works, and rows hinted for later steps give
+    way to a step that needs room. None = sized by the training thread to (1 + pending hints) times
+    the step's rows, doubling as it grows: the same sizes whatever the prefetch thread's timing.
+    On CUDA, call it from one stream (the copies are ordered against the current stream).
     """
 
     def __init__(
