@@ -209,6 +209,8 @@ def test_load_state_dict_refuses_other_tables_and_pending_steps(kit):
     state = tables.state_dict()
     with pytest.raises(TinyKGError, match=r"must hold tables \['entity', 'relation', 'user'\]"):
         tables.load_state_dict({"tables": {"entity": state["tables"]["entity"]}})
+    with pytest.raises(TinyKGError, match=r"state of table 'entity' must hold \['weight'"):
+        tables.load_state_dict({"tables": {**state["tables"], "entity": {"weight": None}}})
     wrong = {name: dict(entry) for name, entry in state["tables"].items()}
     wrong["user"]["weight"] = torch.zeros(3, 8)
     with pytest.raises(TinyKGError, match=r"state of table 'user' has weight of shape \(3, 8\)"):

@@ -174,6 +174,10 @@ class RowTables:
             )
         for name, store in self._stores.items():
             entry = tables[name]
+            if not isinstance(entry, dict) or not {*_STATE, "step"} <= set(entry):
+                raise TinyKGError(
+                    f"state of table '{name}' must hold {[*_STATE, 'step']}; load one saved by RowTables.state_dict()"
+                )
             for key in _STATE:
                 if tuple(entry[key].shape) != (store.n_rows, store.dim):
                     raise TinyKGError(
@@ -199,7 +203,7 @@ class RowTables:
 
     def stats(self) -> dict[str, dict[str, int]]:
         """Per table: cache capacity, hits, misses, prefetched rows, evictions, rows written back,
-        hints skipped (did not fit), growths; and `hints_mismatched` (a gather unlike its hint)."""
+        hints skipped (did not fit), growths; and `hints_mismatched` (tables gathered unlike their hint)."""
         out = {
             name: {"capacity": getattr(s, "capacity", s.n_rows), **s.counts}
             for name, s in self._stores.items()
@@ -238,11 +242,11 @@ class RowTables:
             unique = ids_host.to(self.device, non_blocking=True)
         else:
             unique = torch.unique(ids.to(self.device))
-            ids_host = unique if unique.device.type == "cpu" else unique.cpu()
+            ids_host = unique if unique.device.type == "cpu" else None
             handle = store.acquire(unique)
             index = unique
         leaf = store.tensors[0].index_select(0, index).requires_grad_()
-        return GatheredTable(unique, ids_host, leaf, index, handle)
+        return GatheredTable(unique, leaf, index, handle, ids_host)
 
     def _update(self, name: str, tensors: tuple[torch.Tensor, ...], part: GatheredTable) -> bool:
         grad = part.leaf.grad

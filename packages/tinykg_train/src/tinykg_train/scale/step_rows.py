@@ -12,14 +12,22 @@ from tinykg_train.errors import TinyKGError
 
 @dataclass
 class GatheredTable:
-    """One table's part of a step: sorted unique ids (device and host), their rows as a leaf, where
-    the rows live in the store (`index`, device) and the store's handle on them (pinned slots)."""
+    """One table's part of a step: its sorted unique ids (on the device; `ids_host` a host copy,
+    made when first needed), their rows as a leaf, where the rows live in the store (`index`, on the
+    device) and the store's handle on them (pinned cache slots, or None)."""
 
     ids: torch.Tensor
-    ids_host: torch.Tensor
     leaf: torch.Tensor
     index: torch.Tensor
     handle: torch.Tensor | None
+    ids_host: torch.Tensor | None = None
+
+    def ids_on(self, device: torch.device) -> torch.Tensor:
+        if self.ids.device == device:
+            return self.ids
+        if self.ids_host is None:
+            self.ids_host = self.ids.cpu()
+        return self.ids_host.to(device)
 
 
 class StepRows:
@@ -55,7 +63,7 @@ class StepRows:
                 f"name it in gather's needed ids"
             )
         ids = ids.long()
-        known = part.ids if ids.device == part.ids.device else part.ids_host.to(ids.device)
+        known = part.ids_on(ids.device)
         position = torch.searchsorted(known, ids)
         if ids.numel() and (
             known.numel() == 0
