@@ -4,9 +4,10 @@ Stochastic rounding to `b` bits adds noise of variance proportional to the squar
 levels, `(range / (2**b - 1))**2`, independently per element; the error it puts into the step's
 gradient scales the same way. So a site's error measured at one width (`sensitivity.measure`)
 predicts the wider ones: `error(b) = error(p) * ((2**p - 1) / (2**b - 1))**2` from the widest
-measured width p below b (32 = exact: no error). Measured, the law holds from 2 bits up (4 bits:
-0.03-0.05 of 2 bits' error; 8 bits: 0.0035 of 4 bits') but not at 1 bit, where one level pair per
-group of rows errs 10-60x 2 bits' error rather than 9x: the narrowest widths are measured. Errors of different sites add (independent noise), so the plan that
+measured width p below b (32 = exact: no error). Measured (docs/precision.md), the law holds from
+2 bits up (4 bits: 0.02-0.05 of 2 bits' error; 8 bits: 0.0036 of 4 bits') but not at 1 bit, where
+one pair of levels per group of rows errs 10-55x 2 bits' error rather than 9x: the narrowest widths
+are measured. Errors of different sites add (independent noise), so the plan that
 minimises their sum within a budget is a separable knapsack; with errors convex and decreasing in
 the width, taking the upgrade with the most error removed per added byte (or bit) until the budget
 is spent is what ActNN and GACT do.
