@@ -282,6 +282,9 @@ class MlflowTracker:
         ):
             if isinstance(result.get(key), (int, float)):
                 final[key] = float(result[key])
+        from tinykg_train.memory_breakdown import breakdown_metrics
+
+        final.update(breakdown_metrics(result.get("memory_breakdown") or {}))
         self.client.log_batch(run_id, metrics=[Metric(k, v, stamp, 0) for k, v in final.items()])
         if result.get("precision"):
             log_params(self.client, run_id, chosen_width_params(result["precision"]))
