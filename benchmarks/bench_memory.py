@@ -1,7 +1,10 @@
-"""Activation memory and step time of one training step, per model and bit width, on lfm1m.
+"""Activation memory and step time of one training step, per model and bit width, on lfm1m; with
+`--peak`, the whole process's peak memory and its breakdown (`benchmarks._peak_memory`).
 
     python -m benchmarks.bench_memory [--dataset lfm1m-kgat] [--models kgat,kgin,kgcn,lightgcn,bprmf]
                                       [--bits 32,8,4,2,1] [--repeats 3] [--device auto|cpu|cuda]
+    python -m benchmarks.bench_memory --peak [--dataset synthetic:50000|lfm1m-kgat] [--bits 32,2]
+                                      [--steps 2] [--save cells.json] [--compare before.json]
 
 Each (model, bits) gets the trainer's own session (`tinykg_train.session.open_session` with a default
 `TrainConfig`: batch 2048, embedding 64, 3 layers) and runs the trainer's own step
@@ -318,7 +321,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="timed steps per width (default 3)")
     add_device_options(parser)
     parser.add_argument("--no-write", action="store_true", help="print, do not edit BENCHMARKS.md")
+    peak = parser.add_argument_group("--peak: the whole process's peak and its breakdown")
+    peak.add_argument("--peak", action="store_true", help="each cell in a fresh process; section memory-peak-DATASET")
+    peak.add_argument("--steps", type=int, default=2, help="CF (and KG) steps of the cell's epoch (default 2)")
+    peak.add_argument("--eval-block-bytes", type=int, help="the evaluator's block budget (default its own)")
+    peak.add_argument("--save", type=Path, help="write the cells to this JSON file")
+    peak.add_argument("--compare", type=Path, help="cells saved by an earlier run: shown as 'was'")
+    peak.add_argument("--source", type=Path, help="train with the packages of this checkout instead (e.g. the code before a change)")
     args = parser.parse_args(argv)
+    if args.peak:
+        return peak_main(args)
     from tinykg_train.config import TrainConfig
     from tinykg_train.device import resolve_device
     from tinykg_train.errors import TinyKGError
@@ -362,6 +374,46 @@ def main(argv: Sequence[str] | None = None) -> int:
         backend_usage(since=calls_before),
     )
     print(body)
+    publish_section(section, title, body, write=not args.no_write)
+    return 0
+
+
+def peak_main(args: argparse.Namespace) -> int:
+    """`--peak`: one fresh process per (model, bits) cell; see `benchmarks._peak_memory`."""
+    from benchmarks import _peak_memory as peak
+    from benchmarks._datasets import BENCH_DATA
+
+    device = "cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu"
+    try:
+        if args.dataset.startswith("synthetic:"):
+            users = int(args.dataset.split(":", 1)[1])
+            dataset, data = f"synthetic KGAT {users:,} users", peak.synthetic_dataset(users, BENCH_DATA)
+        else:
+            dataset, data = resolve_dataset(args.dataset)
+    except (DatasetUnavailable, ValueError) as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    before = peak.load_cells(args.compare) if args.compare else {}
+    cells = []
+    for model in args.models:
+        for bits in [32, *(b for b in args.bits if b != 32)]:
+            cell = peak.measure_cell(
+                data, model, bits, args.steps, device, args.eval_block_bytes, args.source
+            )
+            cells.append(cell)
+            print(
+                f"{model} {width_label(bits)}: peak RSS {mib(cell.peak_rss_bytes)} MiB, tracked "
+                f"{mib(cell.tracked_peak() or 0)} MiB, stages {cell.stage_rss_bytes}, "
+                f"{cell.seconds:.0f} s",
+                flush=True,
+            )
+            if args.save:
+                peak.save_cells(args.save, cells)
+    body = peak.report(cells, dataset, peak.dataset_shape(data), before, device)
+    print(body)
+    name = "synthetic" if args.dataset.startswith("synthetic:") else dataset
+    section = f"memory-peak-{'cuda-' if device == 'cuda' else ''}{name}"
+    title = f"Peak memory per model and bit width, broken down ({device.upper()}, {dataset})"
     publish_section(section, title, body, write=not args.no_write)
     return 0
 

@@ -217,6 +217,7 @@ def make_tracker(args: argparse.Namespace):
 
 def result_table(result: dict[str, Any]) -> str:
     """The end-of-run summary: what was trained and how it scored on the test split."""
+    from tinykg_train.memory_breakdown import summary_rows
 
     seconds = result["epoch_seconds"]
     activation = result["activation_bytes"]
@@ -236,6 +237,7 @@ def result_table(result: dict[str, Any]) -> str:
     ]
     if result.get("cuda_max_memory_allocated") is not None:
         rows.append(("CUDA peak MiB", f"{result['cuda_max_memory_allocated'] / 2**20:.0f}"))
+    rows += summary_rows(result.get("memory_breakdown") or {})
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 

@@ -11,7 +11,11 @@ import torch
 import torch.nn.functional as F
 
 from tinykg_kernels import backend_usage, cpu_ops, dispatch
-from tinykg_kernels.leaky_pair import leaky_relu_pair, leaky_relu_pair_backward
+from tinykg_kernels.leaky_pair import (
+    leaky_relu_pair,
+    leaky_relu_pair_backward,
+    leaky_relu_pair_backward_rows,
+)
 from tinykg_kernels.planes import mask_bytes, pack_planes, unpack_planes
 
 SLOPE = 0.2
@@ -124,3 +128,18 @@ def test_bad_input_says_what_to_pass():
         leaky_relu_pair_backward(
             torch.zeros(16), torch.zeros(2, dtype=torch.uint8), torch.zeros(3, dtype=torch.uint8)
         )
+
+
+def test_a_block_of_rows_gets_the_whole_calls_gradients_bit_for_bit(backend: str):
+    """The gradients of rows `a:b` from the whole tensor's masks, as the whole call gives them."""
+    shape = (1001, 24)
+    a, b, grad = normal(shape, 4), normal(shape, 5), normal(shape, 6)
+    _, mask_a, mask_b = leaky_relu_pair(a, b, SLOPE, backend=backend)
+    whole_a, whole_b = leaky_relu_pair_backward(grad, mask_a, mask_b, SLOPE, backend=backend)
+    numel = a.numel()
+    for start, stop in [(0, 1001), (0, 130), (130, 517), (517, 1001), (999, 1000)]:
+        rows_a, rows_b = leaky_relu_pair_backward_rows(
+            grad[start:stop], mask_a, mask_b, start * 24, numel, SLOPE
+        )
+        assert torch.equal(rows_a, whole_a[start:stop])
+        assert torch.equal(rows_b, whole_b[start:stop])

@@ -39,3 +39,15 @@ def test_the_unrolled_and_the_whole_tensor_packing_give_the_same_bytes():
     unrolled = planes.pack(mask, unrolled=True)
     assert torch.equal(unrolled, planes.pack(mask))
     assert torch.equal(planes.unpack(unrolled), mask)
+
+
+@pytest.mark.parametrize("numel", [1, 13, 64, 1000, 4099])
+def test_plane_bits_of_any_range_are_that_range_of_the_mask(numel):
+    mask = torch.rand(numel, generator=torch.Generator().manual_seed(numel)) > 0.5
+    packed = pack_planes(mask)
+    for start, stop in [(0, numel), (0, 0), (numel // 3, numel // 3 + 1), (1, numel - 1),
+                        (numel // 8, numel), (numel // 2, numel // 2 + numel // 3)]:  # fmt: skip
+        start, stop = min(start, numel), max(min(stop, numel), min(start, numel))
+        assert torch.equal(planes.plane_bits(packed, start, stop, numel), mask[start:stop])
+    with pytest.raises(ValueError, match="plane_bits needs 0 <= start <= stop"):
+        planes.plane_bits(packed, 2, 1, numel)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 
@@ -10,7 +11,14 @@ import pytest
 import torch
 
 from kg_data import KGDataset, ingest
-from tinykg_train.evaluate import RankingEvaluator, UserItems
+from tinykg_train.evaluate import (
+    BLOCK_BYTES_PER_SCORE,
+    MIN_BLOCK_USERS,
+    RankingEvaluator,
+    UserItems,
+    block_sizes,
+)
+from tinykg_train.memory import allocation_peak
 
 
 class FixedScorer(torch.nn.Module):
@@ -153,3 +161,87 @@ def test_user_items_gather():
     assert table.counts().tolist() == [2, 0, 2, 0]
     rows, items = table.gather(np.array([2, 1, 0]))
     assert list(zip(rows.tolist(), items.tolist(), strict=True)) == [(0, 5), (0, 7), (2, 1), (2, 3)]
+
+
+class ProductScorer(torch.nn.Module):
+    """Scores as a matrix product of user and item vectors (what the embedding models compute)."""
+
+    def __init__(self, n_users: int, n_items: int, dim: int) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(5)
+        self.user_vectors = torch.randn(n_users, dim, generator=generator)
+        self.item_vectors = torch.randn(n_items, dim, generator=generator)
+
+    def prepare_scoring(self) -> None:
+        pass
+
+    def score_users(self, users: torch.Tensor) -> torch.Tensor:
+        return self.user_vectors[users] @ self.item_vectors.T
+
+
+@pytest.fixture(scope="module")
+def many_users(tmp_path_factory) -> KGDataset:
+    """700 users (chunks of several blocks), 300 items."""
+    from kg_data.synthetic import write_synthetic_kgat
+
+    raw = write_synthetic_kgat(
+        tmp_path_factory.mktemp("many_raw"), n_users=700, n_items=300, n_extra_entities=50,
+        n_relations=3, mean_user_degree=8, seed=1,
+    )  # fmt: skip
+    return KGDataset.open(ingest(raw, tmp_path_factory.mktemp("many") / "ds", progress=False).path)
+
+
+def test_block_sizes_split_evenly_within_the_budget_but_not_below_the_floor():
+    per_user = 300 * BLOCK_BYTES_PER_SCORE
+    assert block_sizes(700, 300, 10**9) == [700]
+    sizes = block_sizes(700, 300, 200 * per_user)
+    assert sum(sizes) == 700 and max(sizes) <= 200 and max(sizes) - min(sizes) <= 1
+    floor = block_sizes(700, 300, 1)  # a budget below one user: blocks at the floor
+    assert sum(floor) == 700 and min(floor) >= MIN_BLOCK_USERS and len(floor) == 5
+    assert block_sizes(MIN_BLOCK_USERS + 5, 300, 1) == [MIN_BLOCK_USERS + 5]
+
+
+@pytest.mark.parametrize("dim", [16, 64, 176])
+def test_product_rows_do_not_depend_on_how_many_rows_a_block_has(dim):
+    """What makes the metrics the same for every block budget: from MIN_BLOCK_USERS rows up, each row
+    of a matrix product is the same bits however many rows are multiplied at once."""
+    generator = torch.Generator().manual_seed(dim)
+    users, items = torch.randn(1024, dim, generator=generator), torch.randn(3000, dim, generator=generator)
+    whole = users @ items.T
+    for rows in (MIN_BLOCK_USERS, 200, 513):
+        for start in (0, 300, 1024 - rows):
+            assert torch.equal(users[start : start + rows] @ items.T, whole[start : start + rows])
+
+
+@pytest.mark.parametrize("split", ["valid", "test"])
+def test_metrics_are_the_same_bits_for_every_block_budget(many_users, split):
+    model = ProductScorer(many_users.n_users, many_users.n_items, 64)
+    results = [
+        RankingEvaluator(many_users, [1, 20, 50], batch_users=batch, block_bytes=budget).evaluate(
+            model, split
+        )
+        for batch, budget in ((1024, 10**9), (1024, 1), (500, 140 * 300 * BLOCK_BYTES_PER_SCORE))
+    ]
+    assert results[0] == results[1] == results[2]
+
+
+def test_a_block_budget_bounds_the_score_blocks_memory(many_users):
+    model = ProductScorer(many_users.n_users, many_users.n_items, 64)
+    peaks = {}
+    for budget in (10**9, MIN_BLOCK_USERS * 300 * BLOCK_BYTES_PER_SCORE):
+        windows = {}
+
+        @contextlib.contextmanager
+        def stage(name, windows=windows):
+            with allocation_peak(torch.device("cpu")) as window:
+                yield
+            windows[name] = window
+
+        RankingEvaluator(many_users, [20], block_bytes=budget).evaluate(model, "valid", stage=stage)
+        peaks[budget] = windows["scoring"].peak_bytes
+    whole, bounded = peaks.values()
+    n_users = len(RankingEvaluator(many_users).users("valid"))
+    largest_block = max(block_sizes(n_users, 300, MIN_BLOCK_USERS * 300 * BLOCK_BYTES_PER_SCORE))
+    assert largest_block < n_users
+    assert whole >= n_users * 300 * BLOCK_BYTES_PER_SCORE
+    assert bounded <= 1.1 * largest_block * 300 * BLOCK_BYTES_PER_SCORE

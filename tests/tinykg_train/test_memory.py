@@ -7,7 +7,7 @@ import psutil
 import pytest
 import torch
 
-from tinykg_train.memory import cuda_peak_bytes, peak_rss_bytes, reset_cuda_peak
+from tinykg_train.memory import allocation_peak, cuda_peak_bytes, peak_rss_bytes, reset_cuda_peak
 
 
 def test_peak_rss_covers_a_large_allocation():
@@ -27,3 +27,36 @@ def test_cuda_peak_counts_an_allocation():
     reset_cuda_peak(device)
     block = torch.empty(2**20, device=device)
     assert cuda_peak_bytes(device) >= block.numel() * 4
+
+
+MB4 = 1_000_000 * 4  # bytes of a million float32
+
+
+class _ThreeTemporaries(torch.autograd.Function):
+    """Holds three temporaries at once inside one op, freed only when the op returns."""
+
+    @staticmethod
+    def forward(ctx, x):
+        a, b, c = x * 2, x * 3, x * 4
+        return a + b + c  # one more temporary (a + b) and the result
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def test_allocation_peak_sees_temporaries_an_op_frees_only_when_it_returns():
+    x = torch.ones(1_000_000)
+    with allocation_peak(torch.device("cpu")) as window:
+        out = _ThreeTemporaries.apply(x)
+    assert 5 * MB4 <= window.peak_bytes <= 5 * MB4 + 4096  # a, b, c, a + b and the result
+    assert MB4 <= window.end_bytes <= MB4 + 4096  # the result is still held
+    del out
+
+
+def test_allocation_peak_of_a_block_that_keeps_nothing_ends_at_zero():
+    with allocation_peak(torch.device("cpu")) as window:
+        block = torch.ones(2_000_000)
+        del block
+    assert 2 * MB4 <= window.peak_bytes <= 2 * MB4 + 4096
+    assert window.end_bytes == 0

@@ -94,3 +94,25 @@ def leaky_relu_pair_backward(
             loops=loops,
         )
     return planes.from_planes(grad_a, grad.shape), planes.from_planes(grad_b, grad.shape)
+
+
+def leaky_relu_pair_backward_rows(
+    grad: torch.Tensor,
+    mask_a: torch.Tensor,
+    mask_b: torch.Tensor,
+    start: int,
+    numel: int,
+    negative_slope: float = 0.01,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`leaky_relu_pair_backward` for a block of a whole tensor's gradient: `grad` holds its
+    elements `start:start + grad.numel()` (of `numel`), the masks are the whole tensor's. The same
+    bits as the whole call's block (`grad` where positive, `grad * negative_slope` elsewhere)."""
+    stop = start + grad.numel()
+    with torch.no_grad():
+        flat = grad.reshape(-1)
+        scaled = flat * negative_slope
+        grads = []
+        for mask in (mask_a, mask_b):
+            positive = planes.plane_bits(mask, start, stop, numel)
+            grads.append(torch.where(positive, flat, scaled).view(grad.shape))
+    return grads[0], grads[1]

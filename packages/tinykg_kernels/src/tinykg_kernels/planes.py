@@ -116,6 +116,23 @@ def pack_planes(mask: torch.Tensor) -> torch.Tensor:
     return pack(as_planes(mask))
 
 
+def plane_bits(packed: torch.Tensor, start: int, stop: int, numel: int) -> torch.Tensor:
+    """Elements `start:stop` (of the flattened tensor of `numel` elements a mask was packed from)
+    of the plane-packed mask `packed`, as bool `[stop - start]`: a block of rows of a whole-graph
+    mask without unpacking all of it."""
+    planes = mask_bytes(numel)
+    check_mask("packed", packed, (numel,))
+    if not 0 <= start <= stop <= numel:
+        raise ValueError(f"plane_bits needs 0 <= start <= stop <= {numel} (got {start}, {stop})")
+    if stop == start:
+        return torch.zeros(0, dtype=torch.bool, device=packed.device)
+    pieces = []
+    for plane in range(start // planes, (stop - 1) // planes + 1):
+        low, high = max(start, plane * planes), min(stop, (plane + 1) * planes)
+        pieces.append((packed[low - plane * planes : high - plane * planes] >> plane) & 1)
+    return torch.cat(pieces).to(torch.bool)
+
+
 def unpack_planes(
     packed: torch.Tensor, shape: torch.Size | tuple[int, ...], dtype: torch.dtype = torch.bool
 ) -> torch.Tensor:

@@ -18,6 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from tinykg_train.errors import TinyKGError
+from tinykg_train.memory_breakdown import evaluate_measured, start_step_probe
 from tinykg_train.precision import adapt_if_due
 from tinykg_train.session import Session
 
@@ -63,20 +64,26 @@ def run_phase(
     for batch in progress:
         batch = [tensor.to(session.device, non_blocking=True) for tensor in batch]
         optimizer.zero_grad(set_to_none=True)
+        probe = start_step_probe(session, phase, epoch, steps, progress.total)  # once per run
+        step_loss = loss_fn if probe is None else probe.forward(loss_fn)
         compressing = contextlib.ExitStack()  # a fresh context per step: not reusable
         if config.compressed:
             compressing.enter_context(compress_saved_tensors(session.compression, model))
         if session.precision is not None:  # `bits: auto`: the phase's chosen widths
             compressing.enter_context(session.precision.applying(phase))
+        if probe is not None:
+            compressing.push(probe.close_on_error)
         with compressing:
             if measure and steps == 0:
                 with ActivationMeter(model) as meter:
-                    loss = loss_fn(*batch)
+                    loss = step_loss(*batch)
                 activation_bytes, by_module = int(meter.total_bytes), dict(meter.by_module())
             else:
-                loss = loss_fn(*batch)
+                loss = step_loss(*batch)
             loss.backward()
         optimizer.step()
+        if probe is not None:
+            probe.finish()
         total += loss.detach()
         steps += 1
     mean = float(total) / max(steps, 1)
@@ -104,6 +111,7 @@ def train_epoch(session: Session, epoch: int) -> dict[str, Any]:
         row["kg_loss"], _, _ = run_phase(
             session, epoch, "kg", session.kg_batches, model.kg_loss, measure=False
         )
+    session.optimizer.zero_grad(set_to_none=True)  # each step starts without; nothing to hold
     synchronize(session.device)
     row["epoch_seconds"] = time.perf_counter() - start
     row["activation_bytes"] = activation_bytes
@@ -121,7 +129,7 @@ def evaluate_epoch(session: Session, epoch: int, row: dict[str, Any]) -> None:
     if not due:
         return
     start = time.perf_counter()
-    valid = session.evaluator.evaluate(session.model, "valid")
+    valid = evaluate_measured(session, "valid")  # the run's first also measures its memory
     row["eval_seconds"] = time.perf_counter() - start
     row.update(valid)
     row["improved"] = session.state.observe(epoch, valid, session.model, config.patience)

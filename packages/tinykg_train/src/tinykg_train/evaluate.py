@@ -1,15 +1,25 @@
 """Full-ranking evaluation: every user against ALL items, known items masked, Recall/NDCG at many K.
 
 For the valid split the user's training items are masked (score -inf); for the test split the training
-and valid items are. Users are scored in chunks of `batch_users` so memory stays at
-[batch_users, n_items] scores; each chunk takes one `topk` at the largest K and `metrics.ranking_metrics`
-derives every smaller K from it. Users with no held-out item in the split are skipped; a held-out item
-that is also a masked (known) item of the same user cannot be ranked and is not counted as relevant.
+and valid items are. Users are ranked in chunks of `batch_users`; each chunk takes one `topk` at the
+largest K and `metrics.ranking_metrics` derives every smaller K from it. Users with no held-out item in
+the split are skipped; a held-out item that is also a masked (known) item of the same user cannot be
+ranked and is not counted as relevant.
+
+Memory: a chunk's [users, n_items] work (the scores, their masked copy and the relevant-item flags,
+`BLOCK_BYTES_PER_SCORE` bytes per score) is done in blocks of at most `block_bytes`, a chunk cut
+into near-equal blocks of at least `MIN_BLOCK_USERS` users; only the [users, max K] hits of the chunk
+are gathered. The numbers are the same for every `block_bytes`: a user's scores are one row of a
+matrix product whose rows do not depend on how many rows it has (from `MIN_BLOCK_USERS` rows up, on
+the CPU's BLAS; `tests/tinykg_train/test_evaluate.py` checks it), and the metrics are summed per chunk
+as before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,6 +29,24 @@ from tqdm.auto import tqdm
 from tinykg_train.metrics import ranking_metrics
 
 EVAL_SPLITS = ("valid", "test")
+#: Default bound on one block's [users, n_items] work, in bytes.
+DEFAULT_BLOCK_BYTES = 64 << 20
+#: Bytes per (user, item) in a block: the float32 scores, their masked copy and a bool flag.
+BLOCK_BYTES_PER_SCORE = 4 + 4 + 1
+#: The fewest users a block is cut to (a matrix product of very few rows may round differently).
+MIN_BLOCK_USERS = 128
+
+
+def block_sizes(n_users: int, n_items: int, block_bytes: int) -> list[int]:
+    """Near-equal block sizes summing to `n_users`, each block's work within `block_bytes` where
+    `MIN_BLOCK_USERS` users allow it (a chunk smaller than that stays one block)."""
+    per_user = max(n_items, 1) * BLOCK_BYTES_PER_SCORE
+    fit = max(block_bytes // per_user, MIN_BLOCK_USERS)
+    blocks = max(-(-n_users // fit), 1)
+    if n_users < blocks * MIN_BLOCK_USERS:
+        blocks = max(n_users // MIN_BLOCK_USERS, 1)
+    base, extra = divmod(n_users, blocks)
+    return [base + 1] * extra + [base] * (blocks - extra)
 
 
 @dataclass(frozen=True)
@@ -58,9 +86,11 @@ class RankingEvaluator:
         ks: Sequence[int] = (20,),
         batch_users: int = 1024,
         device: torch.device | str = "cpu",
+        block_bytes: int = DEFAULT_BLOCK_BYTES,
     ) -> None:
         self.ks = tuple(sorted(set(int(k) for k in ks)))
         self.batch_users = int(batch_users)
+        self.block_bytes = int(block_bytes)
         self.device = torch.device(device)
         self.n_items = dataset.n_items
         self.split_items = {
@@ -89,13 +119,31 @@ class RankingEvaluator:
         return torch.from_numpy(rows).to(device), torch.from_numpy(items).to(device)
 
     @torch.no_grad()
-    def evaluate(self, model, split: str, *, progress: bool = False) -> dict[str, float]:
-        """Mean Recall@K and NDCG@K over the split's users, for every K (keys like "recall@20")."""
+    def evaluate(
+        self,
+        model,
+        split: str,
+        *,
+        progress: bool = False,
+        stage: Callable[[str], AbstractContextManager] | None = None,
+    ) -> dict[str, float]:
+        """Mean Recall@K and NDCG@K over the split's users, for every K (keys like "recall@20").
+
+        `stage(name)`, when given, wraps the two stages, "propagation" (`prepare_scoring`) and
+        "scoring" (the blocks), e.g. to measure each one's memory."""
+        stage = stage or (lambda name: contextlib.nullcontext())
         masked = self.masked_splits(split)
         users = self.users(split)
         was_training = model.training
         model.eval()
-        model.prepare_scoring()
+        with stage("propagation"):
+            model.prepare_scoring()
+        with stage("scoring"):
+            metrics = self._rank_users(model, users, split, masked, progress)
+        model.train(was_training)
+        return metrics
+
+    def _rank_users(self, model, users, split, masked, progress) -> dict[str, float]:
         sums = {name: 0.0 for k in self.ks for name in (f"recall@{k}", f"ndcg@{k}")}
         counted = 0
         chunks = tqdm(
@@ -111,20 +159,32 @@ class RankingEvaluator:
             for name, values in ranking_metrics(hits[keep], n_relevant[keep], self.ks).items():
                 sums[name] += float(values.sum())
             counted += int(keep.sum())
-        model.train(was_training)
         return {name: (total / counted if counted else 0.0) for name, total in sums.items()}
 
     def _rank_chunk(
         self, model, users: np.ndarray, split: str, masked: tuple[str, ...]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Ranked hit matrix [B, max K] and relevant-item counts [B] of one chunk of users."""
+        """Ranked hit matrix [B, max K] and relevant-item counts [B] of one chunk of users, ranked
+        in blocks of at most `block_bytes` of work."""
+        sizes = block_sizes(len(users), self.n_items, self.block_bytes)
+        if len(sizes) == 1:
+            return self._rank_block(model, users, split, masked)
+        blocks = np.split(users, np.cumsum(sizes)[:-1])
+        hits, relevant = zip(*(self._rank_block(model, b, split, masked) for b in blocks), strict=True)
+        return torch.cat(hits), torch.cat(relevant)
+
+    def _rank_block(
+        self, model, users: np.ndarray, split: str, masked: tuple[str, ...]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Ranked hit matrix [B, max K] and relevant-item counts [B] of one block of users."""
         scores = model.score_users(torch.from_numpy(users).to(self.device))
         if scores.shape != (len(users), self.n_items):
             raise ValueError(
                 f"score_users returned shape {tuple(scores.shape)}, expected {(len(users), self.n_items)}"
             )
         relevant = torch.zeros(scores.shape, dtype=torch.bool, device=scores.device)
-        relevant[self._coordinates(split, users, scores.device)] = True
+        held_out = self._coordinates(split, users, scores.device)
+        relevant[held_out] = True
         scores = scores.clone()
         for known in masked:
             rows, items = self._coordinates(known, users, scores.device)
@@ -135,4 +195,7 @@ class RankingEvaluator:
         hits = relevant.gather(1, top)
         if depth < max(self.ks):  # fewer items than K: the missing positions can hold no hit
             hits = torch.nn.functional.pad(hits, (0, max(self.ks) - depth), value=False)
-        return hits.cpu(), relevant.sum(dim=1).cpu()
+        # held-out items still relevant after masking, counted per user (a user's items are
+        # distinct): a sum over `relevant` would convert all of it to int64 first
+        still = held_out[0][relevant[held_out]]
+        return hits.cpu(), torch.bincount(still, minlength=len(users)).cpu()

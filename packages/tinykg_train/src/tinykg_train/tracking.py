@@ -290,6 +290,9 @@ class MlflowTracker:
         ):
             if isinstance(result.get(key), (int, float)):
                 final[key] = float(result[key])
+        from tinykg_train.memory_breakdown import breakdown_metrics
+
+        final.update(breakdown_metrics(result.get("memory_breakdown") or {}))
         # and, as tags, what ran: kernel backends per op, their version and library, torch threads
         tags = [RunTag(key, value) for key, value in record_tags(result).items()]
         metrics = [Metric(k, v, stamp, 0) for k, v in final.items()]

@@ -26,6 +26,7 @@ from tinykg_train.device import describe_device, resolve_device
 from tinykg_train.epoch import evaluate_epoch, train_epoch
 from tinykg_train.errors import TinyKGError
 from tinykg_train.memory import cuda_peak_bytes, peak_rss_bytes, reset_cuda_peak
+from tinykg_train.memory_breakdown import cuda_run_peak
 from tinykg_train.precision import prepare as prepare_precision
 from tinykg_train.run_dir import write_json_atomic, write_yaml_atomic
 from tinykg_train.runtime import kernel_calls, run_record
@@ -118,7 +119,10 @@ def final_result(
         "train_loss": state.column("train_loss"),
         "valid_history": state.valid_history(),
         "peak_rss_bytes": peak_rss_bytes(),
-        "cuda_max_memory_allocated": cuda_peak_bytes(session.device),
+        "cuda_max_memory_allocated": cuda_run_peak(
+            state.memory_breakdown, cuda_peak_bytes(session.device)
+        ),
+        "memory_breakdown": state.memory_breakdown,
         "n_parameters": sum(p.numel() for p in session.model.parameters()),
         "resumed_at_epoch": session.resumed_at,
         **run_record(kernels_since),

@@ -27,6 +27,7 @@ class TrainingState:
     stopped_early: bool = False
     history: list[dict[str, Any]] = field(default_factory=list)
     activation_by_module: dict[str, int] = field(default_factory=dict)
+    memory_breakdown: dict[str, dict] = field(default_factory=dict)  # see memory_breakdown
 
     def observe(
         self, epoch: int, valid: dict[str, float], model: torch.nn.Module, patience: int
@@ -68,6 +69,7 @@ class TrainingState:
             "stopped_early": self.stopped_early,
             "history": [dict(row) for row in self.history],
             "activation_by_module": dict(self.activation_by_module),
+            "memory_breakdown": {k: dict(v) for k, v in self.memory_breakdown.items()},
         }
 
     @classmethod

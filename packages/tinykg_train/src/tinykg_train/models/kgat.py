@@ -138,14 +138,25 @@ class KGAT(EmbeddingRecommender):
     # -- CF phase ----------------------------------------------------------------------------------
 
     def propagate(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Concatenated layer outputs `[e_0, norm(e_1), ...]` of users and items."""
+        """Concatenated layer outputs `[e_0, norm(e_1), ...]` of users and items.
+
+        Only the user and item rows of each layer's output are kept (copied right after the layer),
+        never an all-node concatenation: in backward each layer's gradient then appears just
+        before that layer's turn, the size of its own output. The same values and gradients as
+        concatenating all nodes and slicing (the rows each slice reads are the same; the sums a
+        node's gradient accumulates come in the same order)."""
         x = self.node_embedding
-        outputs = [x]
+        users, items = [], []
         for layer in self.layers:
             x, normalized = layer(x, self.graph, self.attention_entries)
-            outputs.append(normalized)
-        final = torch.cat(outputs, dim=1)
-        return final[self.n_entities :], final[: self.n_items]
+            users.append(normalized[self.n_entities :].clone())
+            items.append(normalized[: self.n_items].clone())
+            del normalized
+        ego = self.node_embedding
+        return (
+            torch.cat([ego[self.n_entities :], *users], dim=1),
+            torch.cat([ego[: self.n_items], *items], dim=1),
+        )
 
     def ego_embeddings(self, users, pos_items, neg_items) -> list[torch.Tensor]:
         nodes = torch.cat([users + self.n_entities, pos_items, neg_items])

@@ -36,20 +36,28 @@ class LinearPropagation(nn.Module):
         return graph(x, values)
 
 
-def _propagation(graph: CSRGraph, attention: torch.Tensor):
-    """`x -> graph(x, attention)` for backward to recompute the neighbors with, refusing to run once
-    the attention changed in place since the forward (which would give a wrong gradient)."""
-    version = attention._version
+class _Propagation:
+    """`x -> graph(x, attention)` for backward to recompute the neighbors with (all rows, or
+    `rows(x, start, stop)`), refusing to run once the attention changed in place since the forward
+    (which would give a wrong gradient)."""
 
-    def neighbors_of(x: torch.Tensor) -> torch.Tensor:
-        if attention._version != version:
+    def __init__(self, graph: CSRGraph, attention: torch.Tensor) -> None:
+        self.graph, self.attention, self.version = graph, attention, attention._version
+
+    def _check(self) -> None:
+        if self.attention._version != self.version:
             raise RuntimeError(
                 "KGAT's attention changed between a forward and its backward (refresh_attention ran "
                 "in between): compute the loss again after refreshing the attention"
             )
-        return graph(x, attention)
 
-    return neighbors_of
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        self._check()
+        return self.graph(x, self.attention)
+
+    def rows(self, x: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+        self._check()
+        return self.graph.rows(x, self.attention, start, stop)
 
 
 class BiInteractionLayer(CompressedModule):
@@ -74,6 +82,7 @@ class BiInteractionLayer(CompressedModule):
         self.dropout = dropout
         self.negative_slope = negative_slope
         self.compression = compression
+        self.block_bytes: int | None = None  # backward temporaries at once (compress.blocks)
 
     def forward(
         self, ego, graph: CSRGraph, attention: torch.Tensor
@@ -91,7 +100,8 @@ class BiInteractionLayer(CompressedModule):
             self.negative_slope,
             config=c,
             # the neighbors are recomputed from the stored ego in backward, not stored
-            neighbors_of=_propagation(graph, attention),
+            neighbors_of=_Propagation(graph, attention),
+            block_bytes=self.block_bytes,
         )
         out = ops.dropout(out, self.dropout, self.training, config=c)
         return out, ops.l2_normalize(out, dim=-1, config=c)
@@ -112,6 +122,7 @@ class RelationalPathLayer(CompressedModule):
         self.n_users = n_users
         self.dropout = dropout
         self.compression = compression
+        self.block_bytes: int | None = None  # per-edge temporaries at once (compress.blocks)
 
     def relational_mean(self, entity, relation_embedding, edge_index, relation) -> torch.Tensor:
         return relational_mean(
@@ -121,6 +132,7 @@ class RelationalPathLayer(CompressedModule):
             relation,
             entity.shape[0],
             config=self.compression,
+            block_bytes=self.block_bytes,
         )
 
     def user_update(self, user, entity, queries, intents, ui_graph, ui_values) -> torch.Tensor:

@@ -73,6 +73,17 @@ class CSRGraph(nn.Module):
             )
         return apply_compressed(_CSRMatmul, x, values.detach(), self)
 
+    @torch.no_grad()
+    def rows(self, x: torch.Tensor, values: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+        """Rows `start:stop` of `A @ x` (no gradient): each row the same bits as in the whole
+        product (a row is a sum over its own entries, in order)."""
+        if native.csr_applies(self.crow, self.col, values, x):  # row pointers index all entries
+            return native.csr_matmul(self.crow[start : stop + 1], self.col, values, x)
+        first, last = int(self.crow[start]), int(self.crow[stop])
+        crow = self.crow[start : stop + 1] - first
+        shape = (stop - start, self.num_sources)
+        return _csr(crow, self.col[first:last], values[first:last], shape) @ x.contiguous()
+
 
 class _CSRMatmul(torch.autograd.Function):
     """Exact `A @ x`; saves only the matrix entries (graph data, kept as they are)."""

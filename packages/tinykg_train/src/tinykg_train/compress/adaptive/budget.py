@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -27,6 +25,7 @@ from tinykg_train.compress.adaptive.sites import applying
 from tinykg_train.compress.config import CompressionConfig
 from tinykg_train.compress.saved_tensors import compress_saved_tensors
 from tinykg_train.errors import ConfigError
+from tinykg_train.memory import allocation_peak
 
 ADAM_MOMENTS = 2
 
@@ -51,41 +50,11 @@ def model_state_bytes(model: torch.nn.Module) -> int:
 
 
 def step_peak_bytes(step: Callable[[], None], device: torch.device) -> int:
-    """The most bytes allocated at once while `step()` runs, beyond those allocated before it."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        before = torch.cuda.memory_allocated(device)
-        torch.cuda.reset_peak_memory_stats(device)
+    """The most bytes allocated at once while `step()` runs, beyond those allocated before it
+    (`tinykg_train.memory.allocation_peak`)."""
+    with allocation_peak(device) as window:
         step()
-        torch.cuda.synchronize(device)
-        return int(torch.cuda.max_memory_allocated(device) - before)
-    from torch.profiler import ProfilerActivity, profile
-
-    with (
-        _quiet_stderr(),
-        profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler,
-    ):
-        step()
-    live = peak = 0
-    for event in sorted(profiler.events(), key=lambda e: e.time_range.start):
-        live += event.self_cpu_memory_usage
-        peak = max(peak, live)
-    return int(peak)
-
-
-@contextlib.contextmanager
-def _quiet_stderr():
-    """File descriptor 2 to /dev/null for a while: the profiler's C++ side prints a start and a
-    stop line there for every profiled step."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+    return window.peak_bytes
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from tinykg_kernels.leaky_pair import leaky_relu_pair, leaky_relu_pair_backward
+from tinykg_kernels.leaky_pair import (
+    leaky_relu_pair,
+    leaky_relu_pair_backward,
+    leaky_relu_pair_backward_rows,
+)
+from tinykg_train.compress.blocks import MIN_MATMUL_ROWS, spans
 from tinykg_train.compress.codec import compress, decompress
 from tinykg_train.compress.config import CompressionConfig
 from tinykg_train.compress.masks import PlaneMask
@@ -41,17 +46,70 @@ def _plain(ego, neighbors, sum_weight, sum_bias, product_weight, product_bias, s
     return F.leaky_relu(summed, slope) + F.leaky_relu(product, slope)
 
 
-def _decoded_factors(ego, neighbors, neighbors_of) -> tuple[torch.Tensor, torch.Tensor]:
-    """The stored ego vectors decoded and the neighbors decoded, or recomputed from them with
-    `neighbors_of`; both as [rows, width]."""
-    ego = decompress(ego)
-    if neighbors_of is None:
-        neighbors = decompress(neighbors)
-    else:
-        with torch.no_grad():
-            neighbors = neighbors_of(ego)
-    width = ego.shape[-1]
-    return ego.reshape(-1, width), neighbors.reshape(-1, width)
+class _NeighborRows:
+    """Rows of the neighbor vectors in backward: sliced from the decoded stored ones, or recomputed
+    from the decoded ego vectors with `neighbors_of` (all at once, or one block of rows at a time
+    when it has `rows(x, start, stop)` and there is more than one block)."""
+
+    def __init__(self, ego, stored, neighbors_of, width: int, blocked: bool) -> None:
+        self.ego, self.whole, self.neighbors_of = ego, None, neighbors_of
+        if neighbors_of is None:
+            self.whole = decompress(stored).reshape(-1, width)
+        elif not (blocked and hasattr(neighbors_of, "rows")):
+            with torch.no_grad():
+                self.whole = neighbors_of(ego).reshape(-1, width)
+
+    def __call__(self, start: int, stop: int) -> torch.Tensor:
+        if self.whole is not None:
+            return self.whole[start:stop]
+        return self.neighbors_of.rows(self.ego, start, stop)
+
+
+def _input_grads_whole(
+    grad, masks, slope, sum_weight, product_weight, ego, neighbors, blocks, needs
+):
+    """The gradients of ego and neighbors in one block: each whole temporary dropped once used."""
+    grad_sum, grad_product = leaky_relu_pair_backward(grad, *masks, slope)
+    through_sum = grad_sum.matmul(sum_weight)
+    del grad_sum
+    through_product = grad_product.matmul(product_weight)
+    del grad_product
+    grad_neighbors = torch.addcmul(through_sum, through_product, ego) if needs[1] else None
+    grad_ego = (
+        through_sum.addcmul_(through_product, neighbors(0, ego.shape[0])) if needs[0] else None
+    )
+    return grad_ego, grad_neighbors
+
+
+def _input_grads_blocked(
+    grad, masks, slope, sum_weight, product_weight, ego, neighbors, blocks, needs
+):
+    """The same gradients, written a block of rows at a time (the same bits: every step is
+    row-wise, the matrix products on blocks of at least `MIN_MATMUL_ROWS` rows)."""
+    grad_ego = torch.empty_like(ego) if needs[0] else None
+    grad_neighbors = torch.empty_like(ego) if needs[1] else None
+    numel, out_width = grad.numel(), grad.shape[-1]
+    for a, b in blocks:
+        grad_sum, grad_product = leaky_relu_pair_backward_rows(
+            grad[a:b], *masks, a * out_width, numel, slope
+        )
+        through_sum = grad_sum.matmul(sum_weight)
+        del grad_sum
+        through_product = grad_product.matmul(product_weight)
+        del grad_product
+        if needs[1]:
+            torch.addcmul(through_sum, through_product, ego[a:b], out=grad_neighbors[a:b])
+        if needs[0]:
+            torch.addcmul(through_sum, through_product, neighbors(a, b), out=grad_ego[a:b])
+    return grad_ego, grad_neighbors
+
+
+def _rebuilt_inputs(ego, neighbors: _NeighborRows, blocks, combine) -> torch.Tensor:
+    """`combine(ego, neighbors)` ([rows, width]), filled a block of rows at a time."""
+    out = torch.empty_like(ego)
+    for a, b in blocks:
+        combine(ego[a:b], neighbors(a, b), out=out[a:b])
+    return out
 
 
 class CompressedBiInteraction(torch.autograd.Function):
@@ -67,6 +125,7 @@ class CompressedBiInteraction(torch.autograd.Function):
         slope: float,
         config: CompressionConfig,
         neighbors_of: Callable[[torch.Tensor], torch.Tensor] | None,
+        block_bytes: int | None,
     ) -> torch.Tensor:
         summed = F.linear(ego + neighbors, sum_weight, sum_bias)
         product = F.linear(ego * neighbors, product_weight, product_bias)
@@ -82,51 +141,61 @@ class CompressedBiInteraction(torch.autograd.Function):
             product_weight,
         )
         ctx.slope, ctx.shape, ctx.neighbors_of = slope, ego.shape, neighbors_of
+        ctx.block_bytes = block_bytes
         return out
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        # Each [rows, width] temporary is dropped as soon as it is used: this backward runs on
-        # whole-graph tensors, and its peak (not the bytes saved) bounds a step's memory.
-        ego, neighbors, sum_positive, product_positive, sum_weight, product_weight = load(
-            ctx, decode=False
+        # This backward runs on whole-graph tensors: its peak (not the bytes saved) bounds a
+        # step's memory. The weight and bias gradients are sums over all rows, each taken in one
+        # product as ever; everything else is done a block of rows at a time (compress.blocks),
+        # so of [rows, width] it holds the incoming gradient, the decoded ego vectors, one rebuilt
+        # input or the two gradients it returns, and one masked gradient while the weights'.
+        stored_ego, stored_neighbors, sum_positive, product_positive, sum_weight, product_weight = (
+            load(ctx, decode=False)
         )
-        ego, neighbors = _decoded_factors(ego, neighbors, ctx.neighbors_of)
         needs = ctx.needs_input_grad
-        grad = grad.reshape(-1, grad.shape[-1])
-        grad_sum, grad_product = leaky_relu_pair_backward(
-            grad, sum_positive.packed, product_positive.packed, ctx.slope
-        )
+        width, out_width = ctx.shape[-1], grad.shape[-1]
+        ego = decompress(stored_ego).reshape(-1, width)
+        grad = grad.reshape(-1, out_width)
+        masks, slope = (sum_positive.packed, product_positive.packed), ctx.slope
+        row_bytes = 3 * (width + out_width) * grad.element_size()
+        blocks = list(spans(ego.shape[0], row_bytes, ctx.block_bytes, MIN_MATMUL_ROWS))
+        neighbors = _NeighborRows(ego, stored_neighbors, ctx.neighbors_of, width, len(blocks) > 1)
         grad_sum_weight = grad_sum_bias = grad_product_weight = grad_product_bias = None
-        if needs[2] or needs[4]:
-            inputs = torch.add(ego, neighbors)  # one buffer for both rebuilt inputs
-            if needs[2]:
-                grad_sum_weight = grad_sum.t().matmul(inputs)
-            if needs[4]:
-                grad_product_weight = grad_product.t().matmul(torch.mul(ego, neighbors, out=inputs))
-            del inputs
-        if needs[3]:
-            grad_sum_bias = grad_sum.sum(dim=0)
-        if needs[5]:
-            grad_product_bias = grad_product.sum(dim=0)
+        for which, combine, (weight_needed, bias_needed) in (
+            (0, torch.add, needs[2:4]),
+            (1, torch.mul, needs[4:6]),
+        ):
+            if not (weight_needed or bias_needed):
+                continue
+            masked = leaky_relu_pair_backward(grad, *masks, slope)[which]
+            if weight_needed:
+                inputs = _rebuilt_inputs(ego, neighbors, blocks, combine)
+                weight_grad = masked.t().matmul(inputs)
+                del inputs
+            bias_grad = masked.sum(dim=0) if bias_needed else None
+            del masked
+            if which == 0:
+                grad_sum_weight = weight_grad if weight_needed else None
+                grad_sum_bias = bias_grad
+            else:
+                grad_product_weight = weight_grad if weight_needed else None
+                grad_product_bias = bias_grad
         grad_ego = grad_neighbors = None
         if needs[0] or needs[1]:
-            through_sum = grad_sum.matmul(sum_weight)
-            del grad_sum
-            through_product = grad_product.matmul(product_weight)
-            del grad_product
-            if needs[1]:
-                grad_neighbors = torch.addcmul(through_sum, through_product, ego).view(ctx.shape)
-            del ego
-            if needs[0]:
-                grad_ego = through_sum.addcmul_(through_product, neighbors).view(ctx.shape)
+            through = _input_grads_whole if len(blocks) == 1 else _input_grads_blocked
+            grad_ego, grad_neighbors = through(
+                grad, masks, slope, sum_weight, product_weight, ego, neighbors, blocks, needs
+            )
         return (
-            grad_ego,
-            grad_neighbors,
+            None if grad_ego is None else grad_ego.view(ctx.shape),
+            None if grad_neighbors is None else grad_neighbors.view(ctx.shape),
             grad_sum_weight,
             grad_sum_bias,
             grad_product_weight,
             grad_product_bias,
+            None,
             None,
             None,
             None,
@@ -144,13 +213,15 @@ def bi_interaction(
     *,
     config: CompressionConfig,
     neighbors_of: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    block_bytes: int | None = None,
 ) -> torch.Tensor:
     """`LeakyReLU(W1 (ego + neighbors) + b1) + LeakyReLU(W2 (ego * neighbors) + b2)`; with
     `config.bits < 32` only the two factors (compressed) and two 1-bit masks are saved.
 
     `neighbors_of`: the linear map with `neighbors == neighbors_of(ego)`, unchanged until backward
     (KGAT's attention-weighted propagation): then only `ego` is saved, and backward recomputes the
-    neighbors from it."""
+    neighbors from it (a block of rows at a time when it has `rows(x, start, stop)`).
+    `block_bytes` bounds the backward's per-block temporaries (default `compress.blocks`)."""
     args = (ego, neighbors, sum_weight, sum_bias, product_weight, product_bias)
     if ego.shape != neighbors.shape:
         raise ValueError(
@@ -160,5 +231,5 @@ def bi_interaction(
     if not config.enabled:
         return _plain(*args, float(negative_slope))
     return apply_compressed(
-        CompressedBiInteraction, *args, float(negative_slope), config, neighbors_of
+        CompressedBiInteraction, *args, float(negative_slope), config, neighbors_of, block_bytes
     )

@@ -1,0 +1,42 @@
+"""Blocks of rows (or edges): whole-graph work done a bounded number of bytes at a time.
+
+A layer over the whole graph builds several [nodes, dim] (or [edges, dim]) temporaries; done one
+block of rows at a time, each temporary is a block's worth, and the step's peak falls by the
+difference. The numbers stay the same bits, for two reasons the ops that use blocks rely on:
+- row-wise work (elementwise ops, a row's sparse product, a row of a matrix product with at least
+  `MIN_MATMUL_ROWS` rows) gives each row the same bits whatever block it is computed in
+  (tests/tinykg_train/compress/test_blocks.py checks the matrix product on this machine's BLAS);
+- a sum over rows (a weight gradient) is never cut: an `index_add_` cut into consecutive blocks
+  adds into each output row in the same order as one call (on the CPU; CUDA's atomics have no order
+  to keep), and matrix products that sum over rows are taken whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+#: Default bound on the temporaries of one block, in bytes.
+BLOCK_BYTES = 32 << 20
+#: The fewest rows a block of a matrix product is cut to: much smaller products may take another
+#: BLAS path that rounds differently.
+MIN_MATMUL_ROWS = 128
+
+
+def spans(
+    count: int, row_bytes: int, block_bytes: int | None = None, minimum: int = 1
+) -> Iterator[tuple[int, int]]:
+    """`(start, stop)` of consecutive near-equal blocks covering `range(count)`, each holding at
+    most `block_bytes` (default `BLOCK_BYTES`) of `row_bytes` per row, but at least `minimum` rows
+    (unless `count` is smaller)."""
+    budget = BLOCK_BYTES if block_bytes is None else block_bytes
+    fit = max(budget // max(row_bytes, 1), minimum, 1)
+    blocks = max(-(-count // fit), 1)
+    if blocks > 1 and count < blocks * minimum:
+        blocks = max(count // minimum, 1)
+    base, extra = divmod(count, blocks)
+    start = 0
+    for block in range(blocks):
+        stop = start + base + (1 if block < extra else 0)
+        if stop > start:
+            yield start, stop
+        start = stop
