@@ -27,7 +27,7 @@ INT_FIELDS = frozenset(
     {
         "bits", "score_bits", "normalize_bits", "epochs", "seed", "batch_size", "kg_batch_size",
         "embed_dim", "n_layers", "kg_neighbors", "n_intents", "eval_every", "eval_batch_users",
-        "patience",
+        "patience", "workers",
     }
 )  # fmt: skip
 OPTIONAL_INT_FIELDS = frozenset({"group_size", "max_batches_per_epoch"})
@@ -68,6 +68,7 @@ class TrainConfig:
     patience: int = 5  # early stopping: evaluations without a better valid Recall@20
     max_batches_per_epoch: int | None = None  # cap for quick runs and tests
     resume: bool = False
+    workers: int = 1  # data-parallel Ray Train workers; 1 trains in this process (tinykg_train.distributed)
     extra: dict[str, Any] = field(default_factory=dict)  # model-specific knobs, logged as params
 
     def __post_init__(self) -> None:
@@ -95,7 +96,7 @@ class TrainConfig:
             raise ConfigError(f"'device' must be one of {', '.join(DEVICES)} (got {self.device!r})")
         positive = (
             "epochs", "batch_size", "kg_batch_size", "embed_dim", "eval_every",
-            "eval_batch_users", "patience", "kg_neighbors", "n_intents",
+            "eval_batch_users", "patience", "kg_neighbors", "n_intents", "workers",
         )  # fmt: skip
         for name in positive:
             if getattr(self, name) <= 0:

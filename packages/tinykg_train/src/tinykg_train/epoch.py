@@ -75,6 +75,8 @@ def run_phase(
             else:
                 loss = loss_fn(*batch)
             loss.backward()
+        if session.replica is not None:  # data parallel: the whole batch's gradients and loss
+            loss = session.replica.average_gradients(model, loss)
         optimizer.step()
         total += loss.detach()
         steps += 1

@@ -9,6 +9,9 @@ written.
 Determinism: the run seeds torch, NumPy and Python from `config.seed`; batches are a pure function
 of (seed, epoch); the checkpoint holds every RNG state, so a run resumed after a kill -9 reproduces
 the uninterrupted run's numbers exactly on CPU.
+
+Data parallel (`workers` > 1, tinykg_train.distributed): each Ray Train worker calls `train` with a
+`replica`; the loop is this one, rank 0 alone writes the run dir and tracks.
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ def fit(session: Session, tracker: Tracker | None, on_epoch: Callable[[dict], An
         if state.stopped_early:
             break
         row = train_epoch(session, epoch)
+        if session.replica is not None:
+            session.replica.share_timings(row)
         evaluate_epoch(session, epoch, row)
         state.history.append(row)
         state.next_epoch = epoch + 1
@@ -101,11 +106,19 @@ def final_result(session: Session, test: dict[str, float], device_label: str) ->
         "cuda_max_memory_allocated": cuda_peak_bytes(session.device),
         "n_parameters": sum(p.numel() for p in session.model.parameters()),
         "resumed_at_epoch": session.resumed_at,
+        "workers": config.workers,
         "config": config.to_dict(),
     }
+    for rank in range(1, config.workers):
+        result[f"epoch_seconds_rank{rank}"] = state.column(f"epoch_seconds_rank{rank}")
     if session.kg_batches is not None:
         result["kg_loss"] = state.column("kg_loss")
     return result
+
+
+def is_leader(session: Session) -> bool:
+    """Whether this process writes the run dir: always, except on data-parallel ranks > 0."""
+    return session.replica is None or session.replica.is_leader
 
 
 def finish(session: Session, device_label: str) -> dict[str, Any]:
@@ -116,6 +129,8 @@ def finish(session: Session, device_label: str) -> dict[str, Any]:
     session.model.load_state_dict(state.best_model)
     test = session.evaluator.evaluate(session.model, "test")
     result = final_result(session, test, device_label)
+    if not is_leader(session):
+        return result
     if state.activation_by_module:
         write_activation_table(run.activation_table, state.activation_by_module)
         write_activation_chart(
@@ -134,6 +149,7 @@ def train(
     tracker: Tracker | None = None,
     on_epoch: Callable[[dict], Any] | None = None,
     model_builder: ModelBuilder | None = None,
+    replica: Any | None = None,
 ) -> dict[str, Any]:
     """Train `config.model` on `config.data` into `config.out`; returns what metrics.json holds.
 
@@ -143,13 +159,17 @@ def train(
     one), `best_epoch` and `stopped_early`. A `tracker` (e.g. `MlflowTracker`) gets the same per
     epoch; when training raises, its run is marked FAILED (KILLED on Ctrl-C) and the exception
     propagates. `model_builder` replaces `tinykg_train.models.build_model` (for a model of your own
-    that follows the Recommender contract).
+    that follows the Recommender contract). `replica` makes this call one of N data-parallel
+    workers (tinykg_train.distributed.worker passes it; only rank 0 may have a tracker).
     """
     device = resolve_device(config.device)
     device_label = describe_device(device)
     reset_cuda_peak(device)
-    session = open_session(config, device, model_builder)
+    session = open_session(config, device, model_builder, replica)
     run, fresh = session.run, not session.run.path.exists()
+    if not is_leader(session):
+        fit(session, None, on_epoch)
+        return finish(session, device_label)
     run.create()
     if tracker is not None:
         try:

@@ -7,7 +7,9 @@
   its own auth token and no dashboard, removed afterwards. Plain `ray.init()` would instead join
   whatever cluster this machine started last.
 
-Token authentication stays on in every case (Ray 2.60 default).
+Token authentication stays on in every case (Ray 2.60 default). A cluster address that accepts no
+connection, or a cluster that turns this client's token down, is a one-line ConfigError (Ray itself
+would retry for minutes, then name neither).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import logging
 import os
 import secrets
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,16 +70,79 @@ def check_connection_args(address: str | None, num_cpus: int | None, num_gpus: i
         raise ConfigError(f"--num-gpus needs to be >= 0 (got {num_gpus})")
 
 
+def check_reachable(address: str, timeout: float = 3.0) -> None:
+    """Refuse a `host:port` (or `ray://host:port`) address nothing listens on; other forms
+    (`auto`) are left to Ray."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"no Ray cluster answers at {address} ({exc.strerror or exc}): start one with "
+            "`ray start --head` or fix --address / RAY_ADDRESS"
+        ) from None
+
+
+def connection_problem(address: str, exc: BaseException) -> str:
+    """One line on why `ray.init(address)` failed: a token turned down, else Ray's own first line."""
+    causes, seen = [], exc
+    while seen is not None and len(causes) < 10:
+        causes.append(f"{type(seen).__name__}: {seen}")
+        seen = seen.__cause__ or seen.__context__
+    text = "\n".join(causes)
+    if "Unauthenticated" in text or "InvalidAuthToken" in text:
+        if os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
+            return (
+                f"the Ray cluster at {address} requires token authentication and this client sent "
+                "no token: export RAY_AUTH_MODE=token (and RAY_AUTH_TOKEN_PATH=<the cluster's token "
+                "file> unless it is ~/.ray/auth_token)"
+            )
+        return (
+            f"the Ray cluster at {address} turned this client's token down: point "
+            "RAY_AUTH_TOKEN_PATH at the token file the cluster was started with"
+        )
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"cannot connect to the Ray cluster at {address}: {first[:300]}"
+
+
+def job_logging(log_level: str | None) -> dict:
+    """`ray.init` arguments setting the root log level of this job's Ray processes (None: Ray's)."""
+    import ray
+
+    return {} if log_level is None else {"logging_config": ray.LoggingConfig(log_level=log_level)}
+
+
+def join_cluster(address: str | None, log_level: str | None = None) -> None:
+    """`ray.init` on a running cluster (`address`, else RAY_ADDRESS), failures as one line."""
+    import ray
+
+    where = address or os.environ["RAY_ADDRESS"]
+    check_reachable(where)
+    try:
+        ray.init(address=address or None, logging_level=logging.WARNING, **job_logging(log_level))
+    except Exception as exc:  # ConnectionError, AuthenticationError, RuntimeError from the GCS client
+        raise ConfigError(connection_problem(where, exc)) from None
+
+
 @contextlib.contextmanager
 def ray_connection(
-    address: str | None = None, num_cpus: int | None = None, num_gpus: int | None = None
+    address: str | None = None,
+    num_cpus: int | None = None,
+    num_gpus: int | None = None,
+    log_level: str | None = None,
 ) -> Iterator[str]:
-    """Connect to Ray for the duration of the block; yields a description of where the trials run."""
+    """Connect to Ray for the duration of the block; yields a description of where the work runs.
+
+    `log_level` (e.g. "ERROR") quiets the Python logging of this job's workers and actors.
+    """
     import ray
 
     check_connection_args(address, num_cpus, num_gpus)
     if address or in_ray_job():
-        ray.init(address=address or None, logging_level=logging.WARNING)
+        join_cluster(address, log_level)
         try:
             yield f"Ray cluster at {address or os.environ['RAY_ADDRESS']}"
         finally:
@@ -93,6 +159,7 @@ def ray_connection(
                 num_cpus=num_cpus,
                 num_gpus=num_gpus,
                 logging_level=logging.WARNING,
+                **job_logging(log_level),
             )
             try:
                 yield f"local Ray ({folder})"
