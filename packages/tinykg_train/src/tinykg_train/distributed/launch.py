@@ -165,6 +165,7 @@ def run_workers(
     model_builder: str | None = None,
     use_gpu: bool = False,
     cpus_per_worker: float = 1.0,
+    gpus_per_worker: float = 1.0,
     callbacks: Sequence[Any] = (),
 ) -> dict[str, Any]:
     """Run the `TorchTrainer` on the connected Ray cluster (the caller checked the inputs).
@@ -177,7 +178,7 @@ def run_workers(
 
     run = RunDir(config.out)
     fresh = not run.checkpoint.exists()
-    resources = {"CPU": cpus_per_worker, **({"GPU": 1.0} if use_gpu else {})}
+    resources = {"CPU": cpus_per_worker, **({"GPU": gpus_per_worker} if use_gpu else {})}
     trainer = TorchTrainer(
         run_worker,
         train_loop_config={

@@ -169,8 +169,9 @@ def ray_connection(
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def check_resources(cpus_per_trial: float, gpus_per_trial: float) -> None:
-    """Refuse a sweep whose single trial needs more than the whole cluster has (Tune would wait forever)."""
+def check_resources(cpus_per_trial: float, gpus_per_trial: float, workers: int = 1) -> None:
+    """Refuse a sweep whose single trial needs more than the whole cluster has (Tune would wait
+    forever); a trial with `workers` > 1 reserves the per-trial resources once per Train worker."""
     import ray
 
     total = ray.cluster_resources()
@@ -179,7 +180,9 @@ def check_resources(cpus_per_trial: float, gpus_per_trial: float) -> None:
         ("GPU", gpus_per_trial, "--gpus-per-trial"),
     ):
         have = total.get(key, 0.0)
-        if needed > have:
+        if needed * workers > have:
+            asks = f"{needed:g} {key}" if workers == 1 else f"{workers} workers x {needed:g} {key}"
+            fix = flag if workers == 1 else f"workers or {flag}"
             raise ConfigError(
-                f"each trial asks for {needed:g} {key} but the Ray cluster has {have:g}; lower {flag} (resources.{key.lower()})"
+                f"each trial asks for {asks} but the Ray cluster has {have:g}; lower {fix} (resources.{key.lower()})"
             )
