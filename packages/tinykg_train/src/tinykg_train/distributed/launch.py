@@ -145,16 +145,21 @@ def train_distributed(
     else:
         local = local_resources()
         check_capacity(config.workers, wants_gpu(config, local["GPU"]), local, "this machine")
-    workers_copy = workers_tracker(tracker)
     # Ray Train's INFO lines and the placement-group watcher's warnings (it needs a dashboard, which
     # the private local Ray lacks) would bury the workers' progress lines: errors only
     with ray_connection(address, log_level="ERROR") as where:
         resources = ray.cluster_resources()
         use_gpu = wants_gpu(config, resources.get("GPU", 0.0))
         check_capacity(config.workers, use_gpu, resources, f"the {where}")
+        rank0_tracker = workers_tracker(tracker)  # the MLflow store is touched only from here on
         echo(f"training {config.model} on {config.workers} Ray Train workers ({where})")
-        return run_workers(config, tracker=tracker, workers_tracker=workers_copy,
-                           model_builder=model_builder, use_gpu=use_gpu)  # fmt: skip
+        return run_workers(
+            config,
+            tracker=tracker,
+            workers_tracker=rank0_tracker,
+            model_builder=model_builder,
+            use_gpu=use_gpu,
+        )
 
 
 def run_workers(
