@@ -20,6 +20,7 @@ import os
 import secrets
 import shutil
 import socket
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -115,16 +116,49 @@ def job_logging(log_level: str | None) -> dict:
     return {} if log_level is None else {"logging_config": ray.LoggingConfig(log_level=log_level)}
 
 
+@contextlib.contextmanager
+def held_stderr() -> Iterator[dict[str, bool]]:
+    """Hold back what this process writes to file descriptor 2 (C++ code included) in the block;
+    it is written out afterwards unless the caller sets the yielded `drop` to True."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    control = {"drop": False}
+    with tempfile.TemporaryFile(mode="w+b") as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield control
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            text = held.read().decode(errors="replace")
+            if text and not control["drop"]:
+                sys.stderr.write(text)
+                sys.stderr.flush()
+
+
 def join_cluster(address: str | None, log_level: str | None = None) -> None:
-    """`ray.init` on a running cluster (`address`, else RAY_ADDRESS), failures as one line."""
+    """`ray.init` on a running cluster (`address`, else RAY_ADDRESS), failures as one line.
+
+    Ray's GCS client retries a refused token for 20 s with a warning per attempt on stderr; those
+    are dropped when the failure is one `connection_problem` explains.
+    """
     import ray
 
     where = address or os.environ["RAY_ADDRESS"]
     check_reachable(where)
-    try:
-        ray.init(address=address or None, logging_level=logging.WARNING, **job_logging(log_level))
-    except Exception as exc:  # ConnectionError, AuthenticationError, RuntimeError from the GCS client
-        raise ConfigError(connection_problem(where, exc)) from None
+    problem = None
+    with held_stderr() as held:
+        try:
+            ray.init(
+                address=address or None, logging_level=logging.WARNING, **job_logging(log_level)
+            )
+        except Exception as exc:  # ConnectionError, AuthenticationError, RuntimeError (GCS client)
+            problem = connection_problem(where, exc)
+            held["drop"] = True
+    if problem is not None:
+        raise ConfigError(problem)
 
 
 @contextlib.contextmanager
