@@ -60,6 +60,14 @@ def bad_cases(data: Path, tmp: Path, finished: Path) -> list[tuple[str, list[str
         ("out-taken", ["--data", str(data), "--out", str(finished)], "already holds a checkpoint of an earlier run: pass --resume"),
         ("resume-changed", ["--data", str(data), "--out", str(finished), "--resume", "--lr", "0.5"], "cannot resume with changed settings (lr: 0.001 -> 0.5)"),
         ("cuda-without-gpu", ["--data", str(data), "--device", "tpu", *new], "'device' must be one of auto, cpu, cuda"),
+        ("workers-zero", ["--data", str(data), "--workers", "0", *new], "'workers' needs to be a positive integer (got 0)"),
+        ("address-one-worker", ["--data", str(data), "--address", "127.0.0.1:1", *new], "--address runs data-parallel workers on a cluster: add --workers N"),
+        ("model-builder", ["--data", str(data), "--model-builder", "nowhere:build", *new], "cannot import nowhere"),
+        # data parallel: the same checks, before any Ray starts
+        ("workers-model-builder", ["--data", str(data), "--workers", "2", "--model-builder", "nowhere:build", *new], "cannot import nowhere"),
+        ("workers-out-taken", ["--data", str(data), "--out", str(finished), "--workers", "2"], "already holds a checkpoint of an earlier run: pass --resume"),
+        ("workers-resume-changed", ["--data", str(data), "--out", str(finished), "--resume", "--workers", "2"], "cannot resume with changed settings (workers: 1 -> 2)"),
+        ("workers-no-dataset", ["--workers", "2", *new], "no dataset given: pass --data DIR"),
     ]  # fmt: skip
 
 
