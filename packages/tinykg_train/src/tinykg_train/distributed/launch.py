@@ -182,7 +182,7 @@ def run_workers(
     from ray.train.torch import TorchTrainer
 
     run = RunDir(config.out)
-    fresh = not run.checkpoint.exists()
+    fresh = not run.path.exists()  # a failure before any checkpoint leaves no run dir behind
     resources = {"CPU": cpus_per_worker, **({"GPU": gpus_per_worker} if use_gpu else {})}
     trainer = TorchTrainer(
         run_worker,
@@ -210,7 +210,7 @@ def run_workers(
         adopt_run(tracker, run)
         if tracker is not None and tracker.run_id is not None:
             tracker.fail("FAILED")
-        if fresh and not run.checkpoint.exists():  # nothing worth resuming: leave no run dir
+        if fresh and not run.checkpoint.exists():
             shutil.rmtree(run.path, ignore_errors=True)
         raise worker_error(exc) from None
     adopt_run(tracker, run)

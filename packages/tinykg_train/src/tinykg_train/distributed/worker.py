@@ -45,7 +45,7 @@ class RayTrainReporter:
         metrics = {
             key: value
             for key, value in report.items()
-            if isinstance(value, (int, float, bool)) and value is not None
+            if isinstance(value, (int, float, bool))
         }
         if checkpoint is None:
             ray.train.report(metrics)
