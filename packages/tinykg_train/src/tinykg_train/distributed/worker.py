@@ -43,9 +43,7 @@ class RayTrainReporter:
         import ray.train
 
         metrics = {
-            key: value
-            for key, value in report.items()
-            if isinstance(value, (int, float, bool))
+            key: value for key, value in report.items() if isinstance(value, (int, float, bool))
         }
         if checkpoint is None:
             ray.train.report(metrics)
