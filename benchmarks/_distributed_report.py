@@ -97,18 +97,24 @@ def results_table(grid: dict[tuple[str, str, int], dict[int, dict[int, dict]]]) 
                 for key in m
                 if key.startswith("epoch_seconds_rank")
             ]
+            allreduce = [
+                statistics.fmean(m["allreduce_seconds"][1:] or m["allreduce_seconds"])
+                for m in seeds.values()
+                if m.get("allreduce_seconds")
+            ]
             rows.append(
                 [
                     dataset, model, width_label(bits), workers, len(seeds),
                     f"{recall[0]:.4f} ± {recall[1]:.4f}", f"{ndcg[0]:.4f} ± {ndcg[1]:.4f}",
                     f"{statistics.fmean(epoch_seconds(m) for m in seeds.values()):.2f}",
                     f"{statistics.fmean(others):.2f}" if others else "",
+                    f"{statistics.fmean(allreduce):.2f}" if allreduce else "",
                     f"{statistics.fmean(m['epochs_trained'] for m in seeds.values()):.0f}",
                 ]
             )  # fmt: skip
     headers = [
         "dataset", "model", "width", "workers", "seeds", "Recall@20", "NDCG@20",
-        "epoch s (rank 0)", "epoch s (other ranks)", "epochs",
+        "epoch s (rank 0)", "epoch s (other ranks)", "all-reduce s (rank 0)", "epochs",
     ]  # fmt: skip
     return markdown_table(headers, rows)
 
@@ -132,7 +138,8 @@ def report(runs: Sequence[Run], note: str = "") -> tuple[str, str, str]:
             "with gradients all-reduced), same global batch size and seed. Test metrics of the best "
             "valid epoch; mean ± sample std over seeds. *epoch s*: mean of each run's epochs after "
             "the first, training only; rank 0's (its all-reduce waits included) and the other "
-            "ranks'. Scaling efficiency = T1 / (N x TN).",
+            "ranks'; *all-reduce s*: of rank 0's epoch, the time in the gradient all-reduces "
+            "(waits for the slower rank included). Scaling efficiency = T1 / (N x TN).",
             note,
             "\n".join(lines),
             table,

@@ -102,6 +102,7 @@ def test_a_data_parallel_run_is_one_mlflow_run_with_every_ranks_timings(two_work
     assert done.returncode == 0, explain(done)
     metrics = json.loads((out / "metrics.json").read_text())
     assert len(metrics["epoch_seconds"]) == len(metrics["epoch_seconds_rank1"]) == 3
+    assert all(0 < a < e for a, e in zip(metrics["allreduce_seconds"], metrics["epoch_seconds"]))
     assert metrics["config"]["workers"] == 2
     workers = json.loads((out / "workers.json").read_text())
     assert [w["rank"] for w in workers] == [0, 1] and workers[0]["pid"] != workers[1]["pid"]
@@ -114,7 +115,8 @@ def test_a_data_parallel_run_is_one_mlflow_run_with_every_ranks_timings(two_work
     [run] = runs
     assert run.info.status == "FINISHED" and run.data.params["workers"] == "2"
     assert f"run {run.info.run_id}" in done.stdout
-    for key in ("epoch_seconds", "epoch_seconds_rank1", "train_loss", "recall_at_20"):
+    for key in ("epoch_seconds", "epoch_seconds_rank1", "allreduce_seconds", "train_loss",
+                "recall_at_20"):  # fmt: skip
         assert len(client.get_metric_history(run.info.run_id, key)) == 3, key
     assert run.data.metrics["test_recall_at_20"] == pytest.approx(metrics["recall@20"])
 

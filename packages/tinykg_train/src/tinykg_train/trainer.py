@@ -111,6 +111,8 @@ def final_result(session: Session, test: dict[str, float], device_label: str) ->
     }
     for rank in range(1, config.workers):
         result[f"epoch_seconds_rank{rank}"] = state.column(f"epoch_seconds_rank{rank}")
+    if config.workers > 1:
+        result["allreduce_seconds"] = state.column("allreduce_seconds")
     if session.kg_batches is not None:
         result["kg_loss"] = state.column("kg_loss")
     return result

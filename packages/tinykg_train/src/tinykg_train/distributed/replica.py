@@ -7,7 +7,9 @@ Every worker runs the project's own loop (`trainer.train` -> `fit` -> `epoch.run
   from rank 0's weights, cut the batch sources to this worker's slices (sharding.py), evaluate on
   rank 0 only and broadcast the metrics, and give ranks > 0 their own random streams.
 - `run_phase` -> `average_gradients` after each backward: the global batch's gradient and loss.
-- `fit` -> `share_timings`: every rank's epoch seconds in the row (`epoch_seconds_rank1`, ...).
+- `fit` -> `share_timings`: every rank's epoch seconds in the row (`epoch_seconds_rank1`, ...) and
+  the seconds rank 0 spent in the gradient all-reduce, waits for the others included
+  (`allreduce_seconds`).
 - `save_session` -> `save`: rank 0 writes checkpoint.pt holding every rank's RNG state
   (`worker_rng`), then `report(metrics, checkpoint file)` runs on every rank (Ray Train's
   `ray.train.report` in worker.py).
@@ -19,6 +21,7 @@ Nothing here imports Ray: the process group is whatever `torch.distributed` was 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +74,7 @@ class Replica:
     resume_from: Path | None = None  # a checkpoint file to resume from instead of the run dir's
     shard_rows: int = field(default=0, init=False)
     batch_rows: int = field(default=0, init=False)
+    allreduce_seconds: float = field(default=0.0, init=False)  # this epoch's, so far
 
     @property
     def is_leader(self) -> bool:
@@ -115,13 +119,20 @@ class Replica:
         """All-reduce this step's gradients (weighted by each worker's rows); the global batch's loss."""
         if self.batch_rows <= 0:
             raise TinyKGError("average_gradients needs a batch from this replica's shard()")
-        return average_gradients(model.parameters(), loss, self.shard_rows / self.batch_rows)
+        start = time.perf_counter()
+        loss = average_gradients(model.parameters(), loss, self.shard_rows / self.batch_rows)
+        self.allreduce_seconds += time.perf_counter() - start
+        return loss
 
     def share_timings(self, row: dict[str, Any]) -> None:
-        """Add the other ranks' `epoch_seconds` to the epoch's row as `epoch_seconds_rank<r>`."""
-        for rank, seconds in enumerate(gather_objects(row["epoch_seconds"])):
+        """Add the other ranks' `epoch_seconds` to the epoch's row as `epoch_seconds_rank<r>`, and
+        rank 0's `allreduce_seconds` (every rank's row gets the same numbers)."""
+        timings = gather_objects((row["epoch_seconds"], self.allreduce_seconds))
+        for rank, (seconds, _) in enumerate(timings):
             if rank:
                 row[f"epoch_seconds_rank{rank}"] = seconds
+        row["allreduce_seconds"] = timings[0][1]
+        self.allreduce_seconds = 0.0
 
     # -- checkpoints -----------------------------------------------------------------------------
 

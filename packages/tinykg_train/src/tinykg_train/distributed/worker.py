@@ -107,7 +107,8 @@ def print_progress(report: dict[str, Any]) -> None:
     others = [v for k, v in report.items() if k.startswith("epoch_seconds_rank")]
     line = (
         f"epoch {report['epoch'] + 1}: train loss {report['train_loss']:.4f}, "
-        f"{report['epoch_seconds']:.2f} s (other ranks: {', '.join(f'{s:.2f}' for s in others)} s)"
+        f"{report['epoch_seconds']:.2f} s ({report['allreduce_seconds']:.2f} in all-reduces; other "
+        f"ranks: {', '.join(f'{s:.2f}' for s in others)} s)"
         + (f", valid recall@20 {recall:.4f}" if isinstance(recall, float) else "")
     )
     sys.stdout.write(line + "\n")
