@@ -102,7 +102,8 @@ def test_a_data_parallel_run_is_one_mlflow_run_with_every_ranks_timings(two_work
     assert done.returncode == 0, explain(done)
     metrics = json.loads((out / "metrics.json").read_text())
     assert len(metrics["epoch_seconds"]) == len(metrics["epoch_seconds_rank1"]) == 3
-    assert all(0 < a < e for a, e in zip(metrics["allreduce_seconds"], metrics["epoch_seconds"]))
+    pairs = zip(metrics["allreduce_seconds"], metrics["epoch_seconds"], strict=True)
+    assert all(0 < allreduce < epoch for allreduce, epoch in pairs)
     assert metrics["config"]["workers"] == 2
     workers = json.loads((out / "workers.json").read_text())
     assert [w["rank"] for w in workers] == [0, 1] and workers[0]["pid"] != workers[1]["pid"]
