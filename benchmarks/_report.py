@@ -33,6 +33,7 @@ BENCHMARKS = (
     "sensitivity",
     "accuracy",
     "epoch-time",
+    "distributed",
 )
 DEVICES = ("cpu", "cuda")
 FIGURES = REPO_ROOT / "benchmarks" / "figures"

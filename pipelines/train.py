@@ -5,6 +5,10 @@ RUN_DIR/metrics.json and a checkpoint per epoch, and logs the run to MLflow. Set
 defaults, then the model's own defaults (`--model`; tinykg_train.model_defaults), then
 `--config FILE.yaml`, then the command line; with `--resume` the run dir's own config.yaml comes
 before `--config`. Bad input prints one line and exits with status 2.
+
+`--workers N` (N >= 2) trains data-parallel on N Ray Train workers (tinykg_train.distributed): on
+the cluster at `--address` / `RAY_ADDRESS` (set inside `ray job submit`), else on a private local
+Ray started for the run and stopped after it. A run that fails after Ray Train's restarts exits 1.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ SETTINGS: dict[str, list[tuple[str, str, str, str]]] = {
         ("--seed", "seed", "S", "seed of weights, batches, negatives and noise"),
         ("--device", "device", "auto|cpu|cuda", "auto = the GPU when torch sees one"),
         ("--threads", "threads", "N", "torch CPU threads"),
+        ("--workers", "workers", "N", "data-parallel Ray Train workers; 1 trains in this process"),
     ],
     "compression": [
         ("--bits", "bits", "B", f"bits per saved activation: {WIDTHS} (32 = uncompressed), or auto = chosen per saved tensor from its measured gradient sensitivity"),
@@ -146,6 +151,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="a model-specific setting for `extra` (repeatable; VALUE read as YAML; see below)",
     )
+    group.add_argument(
+        "--model-builder",
+        metavar="MODULE:FUNCTION",
+        help="build models with your own build_model(name, dataset, config) (default tinykg_train.models)",
+    )
+    group.add_argument(
+        "--address",
+        metavar="ADDR",
+        help="Ray cluster for --workers N (default: $RAY_ADDRESS, else a private local Ray for this run)",
+    )
     group = parser.add_argument_group("tracking")
     group.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
     group.add_argument(
@@ -242,14 +257,45 @@ def result_table(result: dict[str, Any]) -> str:
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 
 
+def run_training(config, tracker, args: argparse.Namespace) -> dict[str, Any]:
+    """In this process (one worker) or on Ray Train workers (--workers N)."""
+    from tinykg_train.errors import ConfigError
+
+    if config.workers > 1:
+        from tinykg_train.distributed import train_distributed
+
+        return train_distributed(
+            config, address=args.address, tracker=tracker, model_builder=args.model_builder
+        )
+    if args.address:
+        raise ConfigError(
+            "--address runs data-parallel workers on a cluster: add --workers N (N >= 2)"
+        )
+    from tinykg_train.trainer import train
+
+    builder = None
+    if args.model_builder:
+        from tinykg_train.sweep.spec import resolve_model_builder
+
+        builder = resolve_model_builder(args.model_builder)
+    return train(config, tracker=tracker, model_builder=builder)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from tinykg_train.run_dir import RunDir
-    from tinykg_train.trainer import train
 
     config = load_config(args)
     tracker = make_tracker(args)
-    result = train(config, tracker=tracker)
+    try:
+        result = run_training(config, tracker, args)
+    except RuntimeError as exc:
+        from tinykg_train.distributed import TrainingFailed
+
+        if not isinstance(exc, TrainingFailed):
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     if result["resumed_at_epoch"] is not None:
         print(f"resumed at epoch {result['resumed_at_epoch']}")
     print(result_table(result))

@@ -1,7 +1,8 @@
-"""Model builders for the sweep tests, named in a sweep as `model_builder: tests.sweep_builders:<name>`.
+"""Model builders for the sweep and data-parallel training tests, named as
+`model_builder: tests.sweep_builders:<name>` (or `--model-builder` of pipelines.train).
 
-Ray workers import them from the sweep's working directory (the repository root), so a test can make
-one chosen trial fail the way real trials do while the others train the real models.
+Ray workers import them from the working directory (the repository root), so a test can make one
+chosen trial fail the way real trials do while the others train the real models.
 """
 
 from __future__ import annotations
@@ -66,4 +67,22 @@ def slow_seed_1(name, dataset, config):
             return loss(*batch)
 
         model.loss = slow_loss
+    return model
+
+
+def slow_steps(name, dataset, config):
+    """The real model, each training step at least 0.3 s long (same numbers), so a test can kill a
+    data-parallel worker in the middle of an epoch."""
+    import time
+
+    from tinykg_train.models import build_model
+
+    model = build_model(name, dataset, config)
+    loss = model.loss
+
+    def slow_loss(*batch):
+        time.sleep(0.3)
+        return loss(*batch)
+
+    model.loss = slow_loss
     return model

@@ -68,6 +68,15 @@ def bad_cases(data: Path, tmp: Path, finished: Path) -> list[tuple[str, list[str
         ("knob-out-of-range", ["--data", str(data), "--set", "edge_dropout=1", *new], "'edge_dropout' (in extra) needs a number in [0, 1) (got 1)"),
         ("knob-unknown", ["--data", str(data), "--set", "alpha=1", *new], "unknown model setting(s) alpha in 'extra'"),
         ("threads", ["--data", str(data), "--threads", "0", *new], "'threads' needs to be a positive integer or null (got 0)"),
+        ("workers-zero", ["--data", str(data), "--workers", "0", *new], "'workers' needs to be a positive integer (got 0)"),
+        ("address-one-worker", ["--data", str(data), "--address", "127.0.0.1:1", *new], "--address runs data-parallel workers on a cluster: add --workers N"),
+        ("model-builder", ["--data", str(data), "--model-builder", "nowhere:build", *new], "cannot import nowhere"),
+        # data parallel: the same checks, before any Ray starts
+        ("workers-model-builder", ["--data", str(data), "--workers", "2", "--model-builder", "nowhere:build", *new], "cannot import nowhere"),
+        ("workers-out-taken", ["--data", str(data), "--out", str(finished), "--workers", "2"], "already holds a checkpoint of an earlier run: pass --resume"),
+        ("workers-resume-changed", ["--data", str(data), "--out", str(finished), "--resume", "--workers", "2"], "cannot resume with changed settings (workers: 1 -> 2)"),
+        ("workers-bits-auto", ["--data", str(data), "--workers", "2", "--bits", "auto", *new], "bits auto measures sensitivities in one process"),
+        ("workers-no-dataset", ["--workers", "2", *new], "no dataset given: pass --data DIR"),
     ]  # fmt: skip
 
 

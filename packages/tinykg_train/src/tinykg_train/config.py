@@ -57,7 +57,7 @@ INT_FIELDS = frozenset(
     {
         "score_bits", "normalize_bits", "epochs", "seed", "batch_size", "kg_batch_size",
         "embed_dim", "n_layers", "kg_neighbors", "n_intents", "eval_every", "eval_batch_users",
-        "patience", "adapt_every",
+        "patience", "adapt_every", "workers",
     }
 )  # fmt: skip
 OPTIONAL_INT_FIELDS = frozenset({"group_size", "max_batches_per_epoch", "threads"})
@@ -108,6 +108,7 @@ class TrainConfig:
     max_batches_per_epoch: int | None = None  # cap for quick runs and tests
     threads: int | None = None  # torch CPU threads; None: the CPUs this process may use (threads.py)
     resume: bool = False
+    workers: int = 1  # data-parallel Ray Train workers; 1 trains in this process (tinykg_train.distributed)
     extra: dict[str, Any] = field(default_factory=dict)  # model-specific knobs, logged as params
 
     def __post_init__(self) -> None:
@@ -137,11 +138,15 @@ class TrainConfig:
                 raise ConfigError(
                     f"'memory_budget' chooses the widths itself: use it with bits auto (got bits {self.bits})"
                 )
+        if self.adaptive and self.workers > 1:
+            raise ConfigError(
+                "bits auto measures sensitivities in one process; with workers > 1 each worker would choose its own widths: pass fixed --bits (1, 2, 4, 8 or 32)"
+            )
         if self.device not in DEVICES:
             raise ConfigError(f"'device' must be one of {', '.join(DEVICES)} (got {self.device!r})")
         positive = (
             "epochs", "batch_size", "kg_batch_size", "embed_dim", "eval_every",
-            "eval_batch_users", "patience", "kg_neighbors", "n_intents",
+            "eval_batch_users", "patience", "kg_neighbors", "n_intents", "workers",
         )  # fmt: skip
         for name in positive:
             if getattr(self, name) <= 0:

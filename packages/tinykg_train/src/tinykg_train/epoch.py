@@ -81,6 +81,8 @@ def run_phase(
             else:
                 loss = step_loss(*batch)
             loss.backward()
+        if session.replica is not None:  # data parallel: the whole batch's gradients and loss
+            loss = session.replica.average_gradients(model, loss)
         optimizer.step()
         if probe is not None:
             probe.finish()

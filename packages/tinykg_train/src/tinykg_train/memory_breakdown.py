@@ -193,6 +193,8 @@ def evaluate_measured(session, split: str) -> dict[str, float]:
 
     held = held_parts(session)
     metrics = session.evaluator.evaluate(session.model, split, stage=stage)
+    if not windows:  # evaluated in another process (a data-parallel rank > 0 gets rank 0's)
+        return metrics
     propagation, scoring = windows["propagation"], windows["scoring"]
     row: dict[str, Any] = {name: int(held[name]) for name in HELD_PARTS}
     if propagation.start_bytes is not None:

@@ -7,6 +7,7 @@ RUN_DIR/
   activation_memory.csv    bytes autograd held for backward in one training step, per module
   activation_memory.png    the same as a bar chart
   mlflow_run.json          the MLflow run this dir logs to (lets --resume continue the same run)
+  workers.json, ray_train/ data-parallel runs only: where the workers ran, Ray Train's storage
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 `open_session` writes nothing: a missing dataset, a run dir that holds another run's checkpoint, a
 checkpoint whose settings differ from this run's all raise before any file or MLflow run exists.
 `save_session`/`restore` move a session's whole state (weights, optimizer, RNG states, progress)
-through a `weights_only=True` checkpoint.
+through a `weights_only=True` checkpoint. With a `replica` (one of N data-parallel workers, see
+tinykg_train.distributed) the same session trains on its slice of each batch; the replica's hooks
+are called here, in `epoch.run_phase` and in `trainer.fit`.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ class Session:
         both follow `model.set_compression`. A model of your own without one gets the config's."""
         own = getattr(self.model, "compression", None)
         return self.fallback_compression if own is None else own
+    replica: Any | None = None  # tinykg_train.distributed.Replica on a data-parallel worker
 
 
 def evaluation_ks(config: TrainConfig) -> tuple[int, ...]:
@@ -101,10 +104,13 @@ def check_resumable(checkpoint: dict[str, Any], config: TrainConfig, dataset, pa
 
 
 def open_session(
-    config: TrainConfig, device: torch.device, model_builder: ModelBuilder | None = None
+    config: TrainConfig,
+    device: torch.device,
+    model_builder: ModelBuilder | None = None,
+    replica: Any | None = None,
 ) -> Session:
     """Check the inputs, build model/optimizer/batches/evaluator, and restore the checkpoint when
-    resuming. Writes nothing."""
+    resuming (a replica's `resume_from` file if it has one, else the run dir's). Writes nothing."""
     from kg_data import BPRBatches, KGBatches, KGDataset
 
     if not config.data:
@@ -112,9 +118,10 @@ def open_session(
     run = check_run_dir(config)
     dataset = KGDataset.open(config.data)
     checkpoint = None
-    if config.resume and run.checkpoint.exists():
-        checkpoint = load_checkpoint(run.checkpoint)
-        check_resumable(checkpoint, config, dataset, run.checkpoint)
+    source = getattr(replica, "resume_from", None) or run.checkpoint
+    if config.resume and source.exists():
+        checkpoint = load_checkpoint(source)
+        check_resumable(checkpoint, config, dataset, source)
     if model_builder is None:
         from tinykg_train.models import build_model as model_builder
 
@@ -138,8 +145,11 @@ def open_session(
         fallback_compression=None
         if getattr(model, "compression", None) is not None
         else config.compression_config(),
+        replica=replica,
     )
     session.precision = build_precision(config, session.compression)
+    if replica is not None:
+        replica.attach(session)
     if checkpoint is not None:
         restore(session, checkpoint)
     return session
@@ -150,7 +160,8 @@ def restore(session: Session, checkpoint: dict[str, Any]) -> None:
     session.model.load_state_dict(checkpoint["model"])
     session.optimizer.load_state_dict(checkpoint["optimizer"])
     session.state = TrainingState.from_dict(checkpoint["state"])
-    restore_rng_state(checkpoint["rng"])
+    replica = session.replica
+    restore_rng_state(checkpoint["rng"] if replica is None else replica.rng_state(checkpoint))
     if session.precision is not None and checkpoint.get("precision"):
         session.precision.load_state_dict(checkpoint["precision"])
     session.resumed_at = session.state.next_epoch
@@ -158,15 +169,16 @@ def restore(session: Session, checkpoint: dict[str, Any]) -> None:
 
 def save_session(session: Session) -> None:
     """Checkpoint the session after a finished epoch (atomic: a kill keeps the previous one)."""
-    save_checkpoint(
-        session.run.checkpoint,
-        {
-            "model": session.model.state_dict(),
-            "optimizer": session.optimizer.state_dict(),
-            "state": session.state.to_dict(),
-            "rng": capture_rng_state(),
-            "config": session.config.to_dict(),
-            "dataset_fingerprint": session.dataset.fingerprint,
-            "precision": None if session.precision is None else session.precision.state_dict(),
-        },
-    )
+    payload = {
+        "model": session.model.state_dict(),
+        "optimizer": session.optimizer.state_dict(),
+        "state": session.state.to_dict(),
+        "rng": capture_rng_state(),
+        "config": session.config.to_dict(),
+        "dataset_fingerprint": session.dataset.fingerprint,
+        "precision": None if session.precision is None else session.precision.state_dict(),
+    }
+    if session.replica is not None:  # rank 0 writes it with every rank's RNG state
+        session.replica.save(session, payload)
+    else:
+        save_checkpoint(session.run.checkpoint, payload)

@@ -309,6 +309,12 @@ class MlflowTracker:
                 self.client.log_artifact(run_id, str(path))
         self.client.set_terminated(run_id, status="FINISHED")
 
+    def attach(self, run_dir: RunDir) -> bool:
+        """Take over the run `run_dir` logged to (another process created it, e.g. rank 0 of a
+        data-parallel run); False when it recorded none in this tracker's store."""
+        self.run_id = self._reopen(run_dir)
+        return self.run_id is not None
+
     def fail(self, status: str = "FAILED") -> None:
         """Mark the run FAILED (or KILLED); never raises, so the training's own error propagates."""
         if self.run_id is None:

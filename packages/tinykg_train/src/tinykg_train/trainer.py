@@ -9,6 +9,9 @@ written.
 Determinism: the run seeds torch, NumPy and Python from `config.seed`; batches are a pure function
 of (seed, epoch); the checkpoint holds every RNG state, so a run resumed after a kill -9 reproduces
 the uninterrupted run's numbers exactly on CPU.
+
+Data parallel (`workers` > 1, tinykg_train.distributed): each Ray Train worker calls `train` with a
+`replica`; the loop is this one, rank 0 alone writes the run dir and tracks.
 """
 
 from __future__ import annotations
@@ -80,6 +83,8 @@ def run_epoch(session: Session, epoch: int, tracker: Tracker | None = None) -> d
     trainings (benchmarks.bench_matrix times the widths' epochs taking turns)."""
     state = session.state
     row = train_epoch(session, epoch)
+    if session.replica is not None:
+        session.replica.share_timings(row)
     evaluate_epoch(session, epoch, row)
     state.history.append(row)
     state.next_epoch = epoch + 1
@@ -126,13 +131,23 @@ def final_result(
         "n_parameters": sum(p.numel() for p in session.model.parameters()),
         "resumed_at_epoch": session.resumed_at,
         **run_record(kernels_since),
+        "workers": config.workers,
         "config": config.to_dict(),
     }
+    for rank in range(1, config.workers):
+        result[f"epoch_seconds_rank{rank}"] = state.column(f"epoch_seconds_rank{rank}")
+    if config.workers > 1:
+        result["allreduce_seconds"] = state.column("allreduce_seconds")
     if session.kg_batches is not None:
         result["kg_loss"] = state.column("kg_loss")
     if session.precision is not None:
         result["precision"] = session.precision.report()
     return result
+
+
+def is_leader(session: Session) -> bool:
+    """Whether this process writes the run dir: always, except on data-parallel ranks > 0."""
+    return session.replica is None or session.replica.is_leader
 
 
 def finish(
@@ -145,6 +160,8 @@ def finish(
     session.model.load_state_dict(state.best_model)
     test = session.evaluator.evaluate(session.model, "test")
     result = final_result(session, test, device_label, kernels_since)
+    if not is_leader(session):
+        return result
     if state.activation_by_module:
         widths = None if session.precision is None else session.precision.cf_module_widths()
         write_activation_table(run.activation_table, state.activation_by_module, widths)
@@ -164,6 +181,7 @@ def train(
     tracker: Tracker | None = None,
     on_epoch: Callable[[dict], Any] | None = None,
     model_builder: ModelBuilder | None = None,
+    replica: Any | None = None,
 ) -> dict[str, Any]:
     """Train `config.model` on `config.data` into `config.out`; returns what metrics.json holds.
 
@@ -176,17 +194,21 @@ def train(
     one), `best_epoch` and `stopped_early`. A `tracker` (e.g. `MlflowTracker`) gets the same per
     epoch; when training raises, its run is marked FAILED (KILLED on Ctrl-C) and the exception
     propagates. `model_builder` replaces `tinykg_train.models.build_model` (for a model of your own
-    that follows the Recommender contract).
+    that follows the Recommender contract). `replica` makes this call one of N data-parallel
+    workers (tinykg_train.distributed.worker passes it; only rank 0 may have a tracker).
     """
     apply_threads(config.threads)  # once, before anything runs torch ops; run_record records it
     kernels_before = kernel_calls()  # metrics.json records the backends this run's calls ran on
     device = resolve_device(config.device)
     device_label = describe_device(device)
     reset_cuda_peak(device)
-    session = open_session(config, device, model_builder)
+    session = open_session(config, device, model_builder, replica)
     for line in prepare_precision(session):  # `bits: auto`: may refuse a budget; writes nothing
         print(line, flush=True)
     run, fresh = session.run, not session.run.path.exists()
+    if not is_leader(session):
+        fit(session, None, on_epoch)
+        return finish(session, device_label, kernels_before)
     run.create()
     if tracker is not None:
         try:

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tinykg_kernels import csr_matmul
+from tinykg_kernels import csr_matmul, dispatch, native
 from tinykg_train.compress.saving import apply_compressed
 
 INT32_LIMIT = 2**31 - 1
@@ -77,7 +77,9 @@ class CSRGraph(nn.Module):
     def rows(self, x: torch.Tensor, values: torch.Tensor, start: int, stop: int) -> torch.Tensor:
         """Rows `start:stop` of `A @ x` (no gradient): each row the same bits as in the whole
         product (a row is a sum over its own entries, in order)."""
-        if native.csr_applies(self.crow, self.col, values, x):  # row pointers index all entries
+        chosen = dispatch.select_backend(x.device, None, dispatch.CPU_LOOPS_MIN_NUMEL)
+        # as `csr_matmul` chooses for the whole product; native row pointers index all entries
+        if chosen == "cpu-native" and native.csr_applies(self.crow, self.col, values, x):
             return native.csr_matmul(self.crow[start : stop + 1], self.col, values, x)
         first, last = int(self.crow[start]), int(self.crow[stop])
         crow = self.crow[start : stop + 1] - first

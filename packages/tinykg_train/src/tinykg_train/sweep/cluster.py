@@ -7,7 +7,9 @@
   its own auth token and no dashboard, removed afterwards. Plain `ray.init()` would instead join
   whatever cluster this machine started last.
 
-Token authentication stays on in every case (Ray 2.60 default).
+Token authentication stays on in every case (Ray 2.60 default). A cluster address that accepts no
+connection, or a cluster that turns this client's token down, is a one-line ConfigError (Ray itself
+would retry for minutes, then name neither).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import logging
 import os
 import secrets
 import shutil
+import socket
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,16 +71,112 @@ def check_connection_args(address: str | None, num_cpus: int | None, num_gpus: i
         raise ConfigError(f"--num-gpus needs to be >= 0 (got {num_gpus})")
 
 
+def check_reachable(address: str, timeout: float = 3.0) -> None:
+    """Refuse a `host:port` (or `ray://host:port`) address nothing listens on; other forms
+    (`auto`) are left to Ray."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"no Ray cluster answers at {address} ({exc.strerror or exc}): start one with "
+            "`ray start --head` or fix --address / RAY_ADDRESS"
+        ) from None
+
+
+def connection_problem(address: str, exc: BaseException) -> str:
+    """One line on why `ray.init(address)` failed: a token turned down, else Ray's own first line."""
+    causes, seen = [], exc
+    while seen is not None and len(causes) < 10:
+        causes.append(f"{type(seen).__name__}: {seen}")
+        seen = seen.__cause__ or seen.__context__
+    text = "\n".join(causes)
+    if "Unauthenticated" in text or "InvalidAuthToken" in text:
+        if os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
+            return (
+                f"the Ray cluster at {address} requires token authentication and this client sent "
+                "no token: export RAY_AUTH_MODE=token (and RAY_AUTH_TOKEN_PATH=<the cluster's token "
+                "file> unless it is ~/.ray/auth_token)"
+            )
+        return (
+            f"the Ray cluster at {address} turned this client's token down: point "
+            "RAY_AUTH_TOKEN_PATH at the token file the cluster was started with"
+        )
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"cannot connect to the Ray cluster at {address}: {first[:300]}"
+
+
+def job_logging(log_level: str | None) -> dict:
+    """`ray.init` arguments setting the root log level of this job's Ray processes (None: Ray's)."""
+    import ray
+
+    return {} if log_level is None else {"logging_config": ray.LoggingConfig(log_level=log_level)}
+
+
+@contextlib.contextmanager
+def held_stderr() -> Iterator[dict[str, bool]]:
+    """Hold back what this process writes to file descriptor 2 (C++ code included) in the block;
+    it is written out afterwards unless the caller sets the yielded `drop` to True."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    control = {"drop": False}
+    with tempfile.TemporaryFile(mode="w+b") as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield control
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            text = held.read().decode(errors="replace")
+            if text and not control["drop"]:
+                sys.stderr.write(text)
+                sys.stderr.flush()
+
+
+def join_cluster(address: str | None, log_level: str | None = None) -> None:
+    """`ray.init` on a running cluster (`address`, else RAY_ADDRESS), failures as one line.
+
+    Ray's GCS client retries a refused token for 20 s with a warning per attempt on stderr; those
+    are dropped when the failure is one `connection_problem` explains.
+    """
+    import ray
+
+    where = address or os.environ["RAY_ADDRESS"]
+    check_reachable(where)
+    problem = None
+    with held_stderr() as held:
+        try:
+            ray.init(
+                address=address or None, logging_level=logging.WARNING, **job_logging(log_level)
+            )
+        except Exception as exc:  # ConnectionError, AuthenticationError, RuntimeError (GCS client)
+            problem = connection_problem(where, exc)
+            held["drop"] = True
+    if problem is not None:
+        raise ConfigError(problem)
+
+
 @contextlib.contextmanager
 def ray_connection(
-    address: str | None = None, num_cpus: int | None = None, num_gpus: int | None = None
+    address: str | None = None,
+    num_cpus: int | None = None,
+    num_gpus: int | None = None,
+    log_level: str | None = None,
 ) -> Iterator[str]:
-    """Connect to Ray for the duration of the block; yields a description of where the trials run."""
+    """Connect to Ray for the duration of the block; yields a description of where the work runs.
+
+    `log_level` (e.g. "ERROR") quiets the Python logging of this job's workers and actors.
+    """
     import ray
 
     check_connection_args(address, num_cpus, num_gpus)
     if address or in_ray_job():
-        ray.init(address=address or None, logging_level=logging.WARNING)
+        join_cluster(address, log_level)
         try:
             yield f"Ray cluster at {address or os.environ['RAY_ADDRESS']}"
         finally:
@@ -93,6 +193,7 @@ def ray_connection(
                 num_cpus=num_cpus,
                 num_gpus=num_gpus,
                 logging_level=logging.WARNING,
+                **job_logging(log_level),
             )
             try:
                 yield f"local Ray ({folder})"
@@ -102,8 +203,9 @@ def ray_connection(
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def check_resources(cpus_per_trial: float, gpus_per_trial: float) -> None:
-    """Refuse a sweep whose single trial needs more than the whole cluster has (Tune would wait forever)."""
+def check_resources(cpus_per_trial: float, gpus_per_trial: float, workers: int = 1) -> None:
+    """Refuse a sweep whose single trial needs more than the whole cluster has (Tune would wait
+    forever); a trial with `workers` > 1 reserves the per-trial resources once per Train worker."""
     import ray
 
     total = ray.cluster_resources()
@@ -112,7 +214,9 @@ def check_resources(cpus_per_trial: float, gpus_per_trial: float) -> None:
         ("GPU", gpus_per_trial, "--gpus-per-trial"),
     ):
         have = total.get(key, 0.0)
-        if needed > have:
+        if needed * workers > have:
+            asks = f"{needed:g} {key}" if workers == 1 else f"{workers} workers x {needed:g} {key}"
+            fix = flag if workers == 1 else f"workers or {flag}"
             raise ConfigError(
-                f"each trial asks for {needed:g} {key} but the Ray cluster has {have:g}; lower {flag} (resources.{key.lower()})"
+                f"each trial asks for {asks} but the Ray cluster has {have:g}; lower {fix} (resources.{key.lower()})"
             )

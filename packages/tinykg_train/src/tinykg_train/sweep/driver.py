@@ -26,7 +26,7 @@ from tinykg_train.sweep.mlflow_runs import client_for, start_parent_run
 from tinykg_train.sweep.outcome import SweepOutcome, summarize, trial_outcomes
 from tinykg_train.sweep.reporting import STOP_METRIC
 from tinykg_train.sweep.spec import SweepSpec
-from tinykg_train.sweep.trial import TrialNamer, TrialSetup, run_trial
+from tinykg_train.sweep.trial import TrialNamer, TrialResources, TrialSetup, run_trial
 from tinykg_train.tracking import (
     absolute_uri,
     default_tracking_uri,
@@ -110,7 +110,7 @@ def build_tuner(plan: SweepPlan, setup: TrialSetup, restore: bool):
     spec = plan.spec
     trainable = tune.with_resources(
         tune.with_parameters(run_trial, setup=setup),
-        {"cpu": spec.cpus_per_trial, "gpu": spec.gpus_per_trial},
+        TrialResources(setup.train, spec.cpus_per_trial, spec.gpus_per_trial),
     )
     if restore and tune.Tuner.can_restore(str(plan.experiment_dir)):
         return tune.Tuner.restore(
@@ -209,11 +209,16 @@ def run_sweep(
         experiment_id=experiment_id,
         parent_run_id=parent_run_id,
         model_builder=spec.model_builder,
+        cpus=spec.cpus_per_trial,
+        gpus=spec.gpus_per_trial,
     )
     try:
-        with ray_connection(address, num_cpus, num_gpus) as where:
+        # trials with Train workers: Ray Train's placement-group watcher warns every second
+        # without a dashboard (the private local Ray has none): errors only
+        quiet = "ERROR" if spec.max_workers > 1 else None
+        with ray_connection(address, num_cpus, num_gpus, log_level=quiet) as where:
             echo(f"trials run on {where}; sweep dir {plan.experiment_dir}")
-            check_resources(spec.cpus_per_trial, spec.gpus_per_trial)
+            check_resources(spec.cpus_per_trial, spec.gpus_per_trial, spec.max_workers)
             results = build_tuner(plan, setup, restore=resume).fit()
         outcomes = trial_outcomes(results)
         outcome.interrupted = any(o.state == "unfinished" for o in outcomes.values())

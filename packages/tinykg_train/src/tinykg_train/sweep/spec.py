@@ -154,6 +154,12 @@ class SweepSpec:
         axis = self.axis("epochs")
         return int(axis.highest()) if axis is not None else int(self.fixed_or_default("epochs"))
 
+    @property
+    def max_workers(self) -> int:
+        """The most data-parallel workers any trial uses."""
+        axis = self.axis("workers")
+        return int(axis.highest()) if axis is not None else int(self.fixed_or_default("workers"))
+
     def axis(self, name: str) -> Axis | None:
         return next((axis for axis in self.axes if axis.name == name), None)
 

@@ -5,6 +5,10 @@ every path here is absolute. The trial trains into `<sweep dir>/runs/<trial id>`
 checkpoint (the sweep was interrupted and resumed), training continues from it and logs to the same
 MLflow run. A trial that raises is marked FAILED in MLflow (with an `error` tag) and the exception goes
 on to Tune, which records the trial as errored while the other trials carry on.
+
+A trial with `workers: N` (N >= 2) is the driver of its own Ray Train run (Tune + Train, Ray 2.60's
+way): its N data-parallel workers each reserve the trial's `resources`, the trial function itself
+nothing; rank 0's epoch reports reach Tune through `distributed.tune.TuneEpochReports`.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ class TrialSetup:
     experiment_id: str
     parent_run_id: str
     model_builder: str | None = None
+    cpus: float = 1.0  # per trial, or per Train worker of a trial with workers > 1
+    gpus: float = 0.0
 
     def run_dir(self, trial_id: str) -> RunDir:
         return RunDir(Path(self.runs_dir) / trial_id)
@@ -95,6 +101,39 @@ def trial_threads(requested: int | None, assigned_cpus: float | None) -> int | N
     return max(1, min(int(assigned_cpus), available_cpus()))
 
 
+@dataclass(frozen=True)
+class TrialResources:
+    """What Tune reserves for a trial (`tune.with_resources` calls it with the trial's settings)."""
+
+    train: dict[str, Any]
+    cpus: float
+    gpus: float
+
+    def __call__(self, params: Mapping[str, Any]) -> dict[str, float]:
+        if int({**self.train, **params}.get("workers", 1)) > 1:
+            # the trial only drives its Train workers, which reserve their own; Tune needs a
+            # non-empty request, hence one byte of memory
+            return {"cpu": 0, "gpu": 0, "memory": 1}
+        return {"cpu": self.cpus, "gpu": self.gpus}
+
+
+def train_on_workers(config: TrainConfig, tracker: MlflowTracker, setup: TrialSetup):
+    """The trial's own Ray Train run (workers > 1): its result, rank 0's epochs reported to Tune."""
+    from tinykg_train.distributed.launch import run_workers, workers_tracker
+    from tinykg_train.distributed.tune import TuneEpochReports
+
+    return run_workers(
+        config,
+        tracker=tracker,
+        workers_tracker=workers_tracker(tracker),
+        model_builder=setup.model_builder,
+        use_gpu=setup.gpus > 0,
+        cpus_per_worker=setup.cpus,
+        gpus_per_worker=setup.gpus,
+        callbacks=[TuneEpochReports(config.epochs)],
+    )
+
+
 def run_trial(params: Mapping[str, Any], setup: TrialSetup) -> None:
     """Train one trial; `params` are its sampled settings (the Tune trial config)."""
     import ray
@@ -105,8 +144,9 @@ def run_trial(params: Mapping[str, Any], setup: TrialSetup) -> None:
     trial_id = tune.get_context().get_trial_id()
     run_dir = setup.run_dir(trial_id)
     settings = {**setup.train, **params}
-    gpus = ray.get_runtime_context().get_accelerator_ids().get("GPU", [])
-    settings["device"] = trial_device(settings.get("device", "auto"), gpus)
+    if int(settings.get("workers", 1)) == 1:  # Train workers choose their own device
+        gpus = ray.get_runtime_context().get_accelerator_ids().get("GPU", [])
+        settings["device"] = trial_device(settings.get("device", "auto"), gpus)
     cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
     settings["threads"] = trial_threads(settings.get("threads"), cpus)
     tracker = setup.tracker(trial_id, settings)
@@ -117,8 +157,13 @@ def run_trial(params: Mapping[str, Any], setup: TrialSetup) -> None:
 
     reporter = TuneReporter(config.epochs)
     try:
-        builder = resolve_model_builder(setup.model_builder) if setup.model_builder else None
-        result = train(config, tracker=tracker, on_epoch=reporter.on_epoch, model_builder=builder)
+        if config.workers > 1:
+            result = train_on_workers(config, tracker, setup)
+        else:
+            builder = resolve_model_builder(setup.model_builder) if setup.model_builder else None
+            result = train(
+                config, tracker=tracker, on_epoch=reporter.on_epoch, model_builder=builder
+            )
     except StoppedByScheduler:
         mark_stopped(tracker)
         raise SystemExit(0) from None  # what Tune's own report would have raised: end the thread
