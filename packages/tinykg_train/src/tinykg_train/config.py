@@ -22,6 +22,8 @@ MODELS = ("kgat", "kgin", "kgcn", "lightgcn", "bprmf")
 BITS = (1, 2, 4, 8, 32)
 DEVICES = ("auto", "cpu", "cuda")
 SCHEMES = ("uniform", "normal", "auto")
+SAMPLERS = ("none", "neighbor")  # whole-graph steps, or each step on its batch's sampled subgraph
+DEFAULT_FANOUT = 10  # neighbors per node and layer when `fanouts` is not given
 
 INT_FIELDS = frozenset(
     {
@@ -32,7 +34,7 @@ INT_FIELDS = frozenset(
 )  # fmt: skip
 OPTIONAL_INT_FIELDS = frozenset({"group_size", "max_batches_per_epoch"})
 FLOAT_FIELDS = frozenset({"lr", "l2", "dropout"})
-STR_FIELDS = frozenset({"data", "model", "scheme", "device", "out"})
+STR_FIELDS = frozenset({"data", "model", "scheme", "device", "out", "sampler"})
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,10 @@ class TrainConfig:
     eval_batch_users: int = 1024
     patience: int = 5  # early stopping: evaluations without a better valid Recall@20
     max_batches_per_epoch: int | None = None  # cap for quick runs and tests
+    # "neighbor": each CF step propagates over its batch's sampled `n_layers`-hop subgraph only,
+    # `fanouts[i]` neighbors per node at layer i (-1 = all; None = DEFAULT_FANOUT per layer)
+    sampler: str = "none"
+    fanouts: tuple[int, ...] | None = None
     resume: bool = False
     extra: dict[str, Any] = field(default_factory=dict)  # model-specific knobs, logged as params
 
@@ -118,6 +124,33 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ConfigError(f"'{name}' needs to be a positive integer or null (got {value})")
+        self.validate_sampling()
+
+    def validate_sampling(self) -> None:
+        if self.sampler not in SAMPLERS:
+            raise ConfigError(
+                f"'sampler' must be one of {', '.join(SAMPLERS)} (got {self.sampler!r})"
+            )
+        if self.fanouts is None:
+            return
+        if self.sampler == "none":
+            raise ConfigError(
+                "'fanouts' applies to sampled training only: add --sampler neighbor or drop --fanouts"
+            )
+        if any(k <= 0 and k != -1 for k in self.fanouts):
+            raise ConfigError(
+                f"'fanouts' needs positive neighbor counts or -1 for all (got {list(self.fanouts)})"
+            )
+        if len(self.fanouts) != self.n_layers:
+            raise ConfigError(
+                f"'fanouts' needs one count per layer: {self.n_layers} for n_layers="
+                f"{self.n_layers} (got {len(self.fanouts)}: {list(self.fanouts)})"
+            )
+
+    @property
+    def layer_fanouts(self) -> tuple[int, ...]:
+        """Neighbors sampled per node at each layer: `fanouts`, or DEFAULT_FANOUT per layer."""
+        return self.fanouts if self.fanouts is not None else (DEFAULT_FANOUT,) * self.n_layers
 
     # -- construction -------------------------------------------------------------------------
 
@@ -147,6 +180,7 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         values = dataclasses.asdict(self)
         values["eval_ks"] = list(self.eval_ks)
+        values["fanouts"] = None if self.fanouts is None else list(self.fanouts)
         return values
 
     @property
@@ -219,6 +253,13 @@ def _coerce(name: str, value: Any) -> Any:
         if not isinstance(items, (list, tuple)):
             raise wrong("a list of cut-offs like [20, 50]")
         return tuple(sorted({_as_int(k, wrong) for k in items}))
+    if name == "fanouts" and value is not None:
+        items = value.split(",") if isinstance(value, str) else value
+        if isinstance(items, int):
+            items = [items]
+        if not isinstance(items, (list, tuple)) or not items:
+            raise wrong("a list of neighbor counts per layer like [10, 10] (-1 = all)")
+        return tuple(_as_int(k, wrong) for k in items)
     if name == "extra":
         if not isinstance(value, dict):
             raise wrong("a mapping of model-specific settings")
