@@ -1,0 +1,1 @@
+"""Training beyond one whole-graph step: sampled subgraphs (and, beside them, row-wise tables)."""
