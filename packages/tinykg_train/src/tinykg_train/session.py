@@ -26,6 +26,7 @@ from tinykg_train.config import TrainConfig
 from tinykg_train.errors import ConfigError, TinyKGError
 from tinykg_train.evaluate import RankingEvaluator
 from tinykg_train.run_dir import RunDir
+from tinykg_train.scale.sampled_training import sampled_batches
 from tinykg_train.training_state import TrainingState
 
 # build_model(name, dataset, config) -> Recommender (see tinykg_train.models)
@@ -51,6 +52,7 @@ class Session:
     compression: Any
     state: TrainingState
     resumed_at: int | None = None
+    sampled: Any | None = None  # `scale.sampled_training.SampledBatches` with --sampler neighbor
 
 
 def evaluation_ks(config: TrainConfig) -> tuple[int, ...]:
@@ -109,6 +111,7 @@ def open_session(
         tune_cpu_allocator()  # whole-graph tensors freed every step stay mapped (see allocator)
     seed_everything(config.seed)
     model = model_builder(config.model, dataset, config).to(device)
+    cf_batches = BPRBatches(dataset, config.batch_size, config.seed)
     session = Session(
         config=config,
         run=run,
@@ -116,13 +119,14 @@ def open_session(
         dataset=dataset,
         model=model,
         optimizer=torch.optim.Adam(model.parameters(), lr=config.lr),
-        cf_batches=BPRBatches(dataset, config.batch_size, config.seed),
+        cf_batches=cf_batches,
         kg_batches=KGBatches(dataset, config.kg_batch_size, config.seed)
         if model.has_kg_phase
         else None,
         evaluator=RankingEvaluator(dataset, evaluation_ks(config), config.eval_batch_users, device),
         compression=config.compression_config(),
         state=TrainingState(),
+        sampled=sampled_batches(config, dataset, model, cf_batches),
     )
     if checkpoint is not None:
         restore(session, checkpoint)

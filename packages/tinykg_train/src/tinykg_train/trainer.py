@@ -105,6 +105,8 @@ def final_result(session: Session, test: dict[str, float], device_label: str) ->
     }
     if session.kg_batches is not None:
         result["kg_loss"] = state.column("kg_loss")
+    if session.sampled is not None:  # seconds each epoch's steps waited for their subgraphs
+        result["sampler_wait_seconds"] = state.column("sampler_wait_seconds")
     return result
 
 
