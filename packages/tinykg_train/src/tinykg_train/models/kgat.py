@@ -178,13 +178,15 @@ class KGAT(EmbeddingRecommender):
         return attention / total.index_select(0, target)
 
     def local_propagate(self, graph, rows: Rows):
-        attention = self.sampled_attention(graph)
+        blocks = graph.aux["blocks"]
+        # the matrix entries of every block are a prefix of the first block's: one tensor
+        entries = blocks[0].values(self.sampled_attention(graph))
         x = rows("node_embedding", graph.node)
         seeds = graph.num_seeds
         outputs = [x[:seeds]]
-        for layer, block in zip(self.layers, graph.aux["blocks"], strict=True):
-            entries = block.values(attention[: block.slot.shape[0]])
-            x, normalized = layer(x[: block.num_sources], block, entries, block.num_nodes)
+        for layer, block in zip(self.layers, blocks, strict=True):
+            values = entries[: block.num_entries]
+            x, normalized = layer(x[: block.num_sources], block, values, block.num_nodes)
             outputs.append(normalized[:seeds])
         final = torch.cat(outputs, dim=1)
         return final, final, graph.batch

@@ -80,13 +80,13 @@ class BiInteractionLayer(nn.Module):
         """`attention`: the graph's matrix entries (`graph.values(per-edge attention)`).
 
         `num_targets` (a sampled step's layer block): `ego` holds the graph's sources, of which the
-        first `num_targets` are its targets, and only those get an output; the neighbors are then
-        stored for backward (compressed) rather than recomputed from the targets alone."""
+        first `num_targets` are its targets, and only those get an output; backward recomputes the
+        neighbors from the stored sources."""
         c = self.compression
         neighbors = graph(ego, attention)
-        neighbors_of = _propagation(graph, attention)
+        sources = None
         if num_targets is not None:
-            ego, neighbors_of = ego[:num_targets], None
+            sources, ego = ego, ego[:num_targets]
         out = ops.bi_interaction(
             ego,
             neighbors,
@@ -96,8 +96,9 @@ class BiInteractionLayer(nn.Module):
             self.product_linear.bias,
             self.negative_slope,
             config=c,
-            # the neighbors are recomputed from the stored ego in backward, not stored
-            neighbors_of=neighbors_of,
+            # the neighbors are recomputed from the stored ego (or sources) in backward, not stored
+            neighbors_of=_propagation(graph, attention),
+            sources=sources,
         )
         out = ops.dropout(out, self.dropout, self.training, config=c)
         return out, ops.l2_normalize(out, dim=-1, config=c)

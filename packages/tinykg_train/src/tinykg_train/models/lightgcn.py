@@ -32,7 +32,8 @@ def local_lightgcn(graph, n_items: int, n_entities: int, degree: torch.Tensor):
         degree[target] / sampled[graph.edge_index[1]]
     )
     blocks = layer_blocks(graph).aux["blocks"]
-    entries = tuple(block.values(weight[: block.slot.shape[0]]) for block in blocks)
+    # every block's entries are a prefix of the first block's (`scale.subgraphs.layer_blocks`)
+    entries = blocks[0].values(weight)
     return graph.with_aux(ids=ids, blocks=blocks, entries=entries)
 
 
@@ -91,8 +92,8 @@ class LightGCN(EmbeddingRecommender):
         seeds = graph.num_seeds
         total = x[:seeds]
         blocks, entries = graph.aux["blocks"], graph.aux["entries"]
-        for layer, block, values in zip(self.layers, blocks, entries, strict=True):
-            x = layer(x[: block.num_sources], block, values)
+        for layer, block in zip(self.layers, blocks, strict=True):
+            x = layer(x[: block.num_sources], block, entries[: block.num_entries])
             total = total + x[:seeds]
         final = total / (len(self.layers) + 1)
         return final, final, graph.batch

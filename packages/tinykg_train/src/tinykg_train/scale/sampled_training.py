@@ -83,6 +83,11 @@ class SampledBatches:
             self._nodes += graph_size(item[3])
             yield item
 
+    @property
+    def wait_seconds(self) -> float:
+        """Seconds the steps of the running (else the last) epoch waited for their subgraphs."""
+        return self._wait_seconds if self._producer is None else self._producer.wait_seconds
+
     def epoch_stats(self) -> dict[str, float]:
         """The last epoch's sampling figures for its row: seconds its steps waited for their
         subgraphs (the sampler is the bottleneck when this grows), nodes per step."""

@@ -96,7 +96,11 @@ class NeighborStepSampler:
 
 def layer_blocks(graph: LocalGraph) -> LocalGraph:
     """`graph` with `aux["blocks"]`: one `CSRGraph` per layer (first to last) over the layer's
-    block (`LocalGraph.block`): its targets, its sources, the edges into the targets."""
+    block (`LocalGraph.block`): its targets, its sources, the edges into the targets.
+
+    A later block's targets and edges are a prefix of an earlier one's, and CSR entries are in
+    (target, source) order, so its matrix entries are a prefix of the earlier block's: one entries
+    tensor of the first block serves every layer (`entries[:block.num_entries]`)."""
     blocks = []
     for layer in range(1, graph.num_hops + 1):
         targets, sources, edges = graph.block(layer, graph.num_hops)

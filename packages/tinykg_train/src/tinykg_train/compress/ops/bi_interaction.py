@@ -18,6 +18,13 @@ copy and its dequantization. e * n then multiplies two functions
 of one rounded e; it stays unbiased when no node is its own neighbor (the rounding of different
 elements is independent), and a self-loop adds a bias of the order of that element's rounding
 variance.
+
+In a sampled step's layer block (`models.layers.BiInteractionLayer` with `num_targets`) the
+neighbors come from more nodes than get an output: the ego vectors are the first rows of the
+block's sources, and the neighbors a linear function of all of them. Given those `sources`, the
+Function stores them (usually held already: the previous layer's output, kept by its L2
+normalization, or the table rows of the first layer) in place of the ego vectors, and recomputes
+both factors from them in backward.
 """
 
 from __future__ import annotations
@@ -41,15 +48,20 @@ def _plain(ego, neighbors, sum_weight, sum_bias, product_weight, product_bias, s
     return F.leaky_relu(summed, slope) + F.leaky_relu(product, slope)
 
 
-def _decoded_factors(ego, neighbors, neighbors_of) -> tuple[torch.Tensor, torch.Tensor]:
+def _decoded_factors(
+    ego, neighbors, neighbors_of, num_targets=None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The stored ego vectors decoded and the neighbors decoded, or recomputed from them with
-    `neighbors_of`; both as [rows, width]."""
+    `neighbors_of`; both as [rows, width]. With `num_targets`, what was stored is the sources:
+    the ego vectors are their first `num_targets` rows, the neighbors are recomputed from all."""
     ego = decompress(ego)
     if neighbors_of is None:
         neighbors = decompress(neighbors)
     else:
         with torch.no_grad():
             neighbors = neighbors_of(ego)
+    if num_targets is not None:
+        ego = ego[:num_targets]
     width = ego.shape[-1]
     return ego.reshape(-1, width), neighbors.reshape(-1, width)
 
@@ -67,6 +79,7 @@ class CompressedBiInteraction(torch.autograd.Function):
         slope: float,
         config: CompressionConfig,
         neighbors_of: Callable[[torch.Tensor], torch.Tensor] | None,
+        sources: torch.Tensor | None = None,
     ) -> torch.Tensor:
         summed = F.linear(ego + neighbors, sum_weight, sum_bias)
         product = F.linear(ego * neighbors, product_weight, product_bias)
@@ -74,7 +87,7 @@ class CompressedBiInteraction(torch.autograd.Function):
         out, sum_positive, product_positive = leaky_relu_pair(summed, product, slope)
         save(
             ctx,
-            compress(ego, config),
+            compress(ego if sources is None else sources, config),
             compress(neighbors, config) if neighbors_of is None else None,
             PlaneMask(sum_positive, summed.shape),
             PlaneMask(product_positive, product.shape),
@@ -82,6 +95,7 @@ class CompressedBiInteraction(torch.autograd.Function):
             product_weight,
         )
         ctx.slope, ctx.shape, ctx.neighbors_of = slope, ego.shape, neighbors_of
+        ctx.num_targets = None if sources is None else ego.shape[0]
         return out
 
     @staticmethod
@@ -91,7 +105,7 @@ class CompressedBiInteraction(torch.autograd.Function):
         ego, neighbors, sum_positive, product_positive, sum_weight, product_weight = load(
             ctx, decode=False
         )
-        ego, neighbors = _decoded_factors(ego, neighbors, ctx.neighbors_of)
+        ego, neighbors = _decoded_factors(ego, neighbors, ctx.neighbors_of, ctx.num_targets)
         needs = ctx.needs_input_grad
         grad = grad.reshape(-1, grad.shape[-1])
         grad_sum, grad_product = leaky_relu_pair_backward(
@@ -130,6 +144,7 @@ class CompressedBiInteraction(torch.autograd.Function):
             None,
             None,
             None,
+            None,
         )
 
 
@@ -144,21 +159,27 @@ def bi_interaction(
     *,
     config: CompressionConfig,
     neighbors_of: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    sources: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """`LeakyReLU(W1 (ego + neighbors) + b1) + LeakyReLU(W2 (ego * neighbors) + b2)`; with
     `config.bits < 32` only the two factors (compressed) and two 1-bit masks are saved.
 
     `neighbors_of`: the linear map with `neighbors == neighbors_of(ego)`, unchanged until backward
     (KGAT's attention-weighted propagation): then only `ego` is saved, and backward recomputes the
-    neighbors from it."""
+    neighbors from it.
+
+    `sources` (with `neighbors_of`): `ego` is `sources[:len(ego)]` and `neighbors ==
+    neighbors_of(sources)` (a sampled layer block): `sources` is saved instead of `ego`."""
     args = (ego, neighbors, sum_weight, sum_bias, product_weight, product_bias)
     if ego.shape != neighbors.shape:
         raise ValueError(
             f"bi_interaction needs ego and neighbor vectors of one shape (got {tuple(ego.shape)} "
             f"and {tuple(neighbors.shape)})"
         )
+    if sources is not None and neighbors_of is None:
+        raise ValueError("bi_interaction's 'sources' needs 'neighbors_of' (neighbors from them)")
     if not config.enabled:
         return _plain(*args, float(negative_slope))
     return apply_compressed(
-        CompressedBiInteraction, *args, float(negative_slope), config, neighbors_of
+        CompressedBiInteraction, *args, float(negative_slope), config, neighbors_of, sources
     )
