@@ -115,6 +115,17 @@ def test_layer_blocks_are_prefixes_holding_every_edge_into_their_targets(ckg, ba
     assert last.num_nodes == graph.num_seeds
 
 
+def test_every_blocks_matrix_entries_are_a_prefix_of_the_first_blocks(ckg, batch):
+    graph = layer_blocks(
+        NeighborStepSampler(ckg, (3, 3, 3)).sample(*batch, np.random.default_rng(3))
+    )
+    weight = torch.rand(graph.num_edges, generator=torch.Generator().manual_seed(0))
+    first = graph.aux["blocks"][0].values(weight)
+    for block in graph.aux["blocks"]:
+        edges = block.slot.shape[0]
+        assert torch.equal(block.values(weight[:edges]), first[: block.num_entries])
+
+
 def test_position_finds_nodes_and_refuses_others(ckg, batch):
     graph = NeighborStepSampler(ckg, (2, 2)).sample(*batch, np.random.default_rng(4))
     order = torch.randperm(graph.num_nodes)
