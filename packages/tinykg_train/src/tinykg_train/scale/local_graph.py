@@ -81,15 +81,17 @@ class LocalGraph:
 
     @classmethod
     def from_sampled(cls, subgraph: Any, batch: tuple[np.ndarray, ...]) -> LocalGraph:
-        """From a numpy `SampledSubgraph` and the batch's local positions (numpy arrays)."""
+        """From a numpy `SampledSubgraph` and the batch's local positions (numpy arrays). Local
+        positions, relations and hops are stored narrow (int32, int8): a step's subgraph can hold
+        millions of edges, and a few of them wait in the sampling queue."""
         node = torch.from_numpy(np.ascontiguousarray(subgraph.node, dtype=np.int64))
         order = torch.argsort(node)
         return cls(
             node=node,
-            edge_index=torch.from_numpy(np.ascontiguousarray(subgraph.edge_index, dtype=np.int64)),
-            relation=torch.from_numpy(np.ascontiguousarray(subgraph.relation, dtype=np.int64)),
-            edge_id=torch.from_numpy(np.ascontiguousarray(subgraph.edge_id, dtype=np.int64)),
-            hop=torch.from_numpy(np.ascontiguousarray(subgraph.hop, dtype=np.int64)),
+            edge_index=_tensor(subgraph.edge_index, _narrowest(len(subgraph.node))),
+            relation=_tensor(subgraph.relation, np.int32),
+            edge_id=_tensor(subgraph.edge_id, _narrowest(int(subgraph.edge_id.max(initial=0)) + 1)),
+            hop=_tensor(subgraph.hop, np.int8),
             num_seeds=int(subgraph.num_seeds),
             nodes_per_hop=tuple(int(n) for n in subgraph.num_sampled_nodes),
             edges_per_hop=tuple(int(n) for n in subgraph.num_sampled_edges),
@@ -110,6 +112,7 @@ class LocalGraph:
         return self.sorted_position[slot]
 
     def with_aux(self, **aux: Any) -> LocalGraph:
+        """The same graph with more model-derived structures in `aux`."""
         return replace(self, aux={**self.aux, **aux})
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> LocalGraph:
@@ -136,3 +139,12 @@ class LocalGraph:
             sorted_position=move(self.sorted_position),
             aux={key: move(value) for key, value in self.aux.items()},
         )
+
+
+def _narrowest(bound: int) -> type:
+    """int32 for ids below `bound` when they fit, else int64."""
+    return np.int32 if bound < 2**31 - 1 else np.int64
+
+
+def _tensor(array: np.ndarray, dtype: type) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(array, dtype=dtype))

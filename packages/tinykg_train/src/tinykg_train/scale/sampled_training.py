@@ -24,7 +24,7 @@ from tinykg_train.scale.producer import BackgroundProducer
 #: Mixed into each step's seed so the subgraph draws never share a stream with the batches'.
 SUBGRAPH_STREAM = 0x5AB6
 #: Batches sampled ahead of the step (the producer's queue depth).
-QUEUE_DEPTH = 3
+QUEUE_DEPTH = 2
 
 
 def step_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
