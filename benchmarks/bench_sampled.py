@@ -15,7 +15,7 @@ that mark less the RSS before those steps, on CUDA the allocator's peak during t
 allocated before, seconds per step (median; the wait for the sampler included) and how much of it
 was waiting for the sampler, and the nodes a step propagates over. The modes run in turn,
 `--rounds` times, so load from other processes hits them alike; the figures are each mode's medians.
-Section `sampled-training-<device>`.
+Section `sampled-training-<dataset>-<device>`.
 """
 
 from __future__ import annotations
@@ -235,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = report(results, CKG.from_dataset(data).num_nodes)
     print(table)
     publish_section(
-        f"sampled-training-{device.type}",
+        f"sampled-training-{label}-{device.type}",
         f"Sampled against whole-graph training, one CF step ({label}, {device.type})",
         table,
         write=args.write,
