@@ -34,6 +34,7 @@ BENCHMARKS = (
     "accuracy",
     "epoch-time",
     "distributed",
+    "sampled-training",
 )
 DEVICES = ("cpu", "cuda")
 FIGURES = REPO_ROOT / "benchmarks" / "figures"

@@ -62,6 +62,10 @@ SETTINGS: dict[str, list[tuple[str, str, str, str]]] = {
         ("--kg-neighbors", "kg_neighbors", "K", "KGCN: sampled neighbors per entity"),
         ("--intents", "n_intents", "N", "KGIN: user intents"),
     ],
+    "sampling": [
+        ("--sampler", "sampler", "none|neighbor", "neighbor: each CF step propagates over its batch's sampled subgraph only (kgat, kgin, kgcn, lightgcn)"),
+        ("--fanouts", "fanouts", "F,F", "neighbors sampled per node at each layer, one per --layers, -1 = all"),
+    ],
     "evaluation": [
         ("--eval-ks", "eval_ks", "K,K", "cut-offs for Recall@K / NDCG@K, e.g. 20,50 (20 is always added)"),
         ("--eval-every", "eval_every", "N", "rank the valid split every N epochs"),
@@ -77,6 +81,7 @@ def show_value(field: str, value: Any) -> str:
             "group_size": "one group per row",
             "max_batches_per_epoch": "all",
             "threads": "the CPUs this process may use",
+            "fanouts": "10 per layer",
         }.get(field, "none")
     if isinstance(value, list):
         return ",".join(map(str, value))

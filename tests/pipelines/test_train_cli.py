@@ -77,6 +77,12 @@ def bad_cases(data: Path, tmp: Path, finished: Path) -> list[tuple[str, list[str
         ("workers-resume-changed", ["--data", str(data), "--out", str(finished), "--resume", "--workers", "2"], "cannot resume with changed settings (workers: 1 -> 2)"),
         ("workers-bits-auto", ["--data", str(data), "--workers", "2", "--bits", "auto", *new], "bits auto measures sensitivities in one process"),
         ("workers-no-dataset", ["--workers", "2", *new], "no dataset given: pass --data DIR"),
+        ("sampler-without-graph", ["--data", str(data), "--model", "bprmf", "--sampler", "neighbor", *new], "BPRMF has no graph to sample: train it with --sampler none"),
+        ("fanouts-per-layer", ["--data", str(data), "--sampler", "neighbor", "--fanouts", "10,10", *new], "'fanouts' needs one count per layer: 3 for n_layers=3"),
+        ("fanouts-alone", ["--data", str(data), "--fanouts", "5,5,5", *new], "'fanouts' applies to sampled training only: add --sampler neighbor"),
+        ("kgcn-all-neighbors", ["--data", str(data), "--model", "kgcn", "--sampler", "neighbor", "--fanouts=-1", *new], "KGCN draws a fixed number of neighbors per node"),
+        ("sampler-workers", ["--data", str(data), "--sampler", "neighbor", "--workers", "2", *new], "--sampler neighbor runs in one process at fixed widths for now: drop --workers"),
+        ("sampler-auto", ["--data", str(data), "--sampler", "neighbor", "--bits", "auto", *new], "--sampler neighbor runs in one process at fixed widths for now: drop --bits auto"),
     ]  # fmt: skip
 
 
@@ -142,27 +148,32 @@ def test_a_run_logs_to_mlflow_and_says_where(tiny_dataset_dir, tmp_path, capsys,
     }  # fmt: skip
 
 
-def train_command(data: Path, out: Path, store: Path, epochs: int) -> list[str]:
+def train_command(data: Path, out: Path, store: Path, epochs: int, flags=()) -> list[str]:
     return [sys.executable, "-m", "pipelines.train", "--data", str(data), "--out", str(out),
             "--model", "bprmf", "--bits", "2", "--epochs", str(epochs), "--seed", "5",
             "--embed-dim", "16", "--batch-size", "64", "--max-batches-per-epoch", "12",
-            "--device", "cpu", "--tracking-uri", f"sqlite:///{store}"]  # fmt: skip
+            "--device", "cpu", "--tracking-uri", f"sqlite:///{store}", *flags]  # fmt: skip
+
+
+# KGAT on sampled subgraphs: batches and subgraphs made by a background thread
+SAMPLED = ["--model", "kgat", "--layers", "2", "--sampler", "neighbor", "--fanouts", "4,4"]
 
 
 COMPARED = ("recall@20", "ndcg@20", "train_loss", "valid_history", "best_epoch", "best_valid",
             "activation_bytes", "epochs_trained")  # fmt: skip
 
 
-def test_kill_9_then_resume_ends_with_the_uninterrupted_metrics(tiny_dataset_dir, tmp_path):
+@pytest.mark.parametrize("flags", [[], SAMPLED], ids=["whole-graph", "sampled"])
+def test_kill_9_then_resume_ends_with_the_uninterrupted_metrics(flags, tiny_dataset_dir, tmp_path):
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     store, epochs = tmp_path / "mlflow.db", 6
     whole = tmp_path / "whole"
-    subprocess.run(train_command(tiny_dataset_dir, whole, store, epochs), cwd=REPO_ROOT, env=env,
-                   check=True, capture_output=True, timeout=300)  # fmt: skip
+    subprocess.run(train_command(tiny_dataset_dir, whole, store, epochs, flags), cwd=REPO_ROOT,
+                   env=env, check=True, capture_output=True, timeout=300)  # fmt: skip
 
     killed = tmp_path / "killed"
     process = subprocess.Popen(
-        train_command(tiny_dataset_dir, killed, store, epochs), cwd=REPO_ROOT, env=env,
+        train_command(tiny_dataset_dir, killed, store, epochs, flags), cwd=REPO_ROOT, env=env,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     deadline = time.monotonic() + 300
@@ -175,8 +186,8 @@ def test_kill_9_then_resume_ends_with_the_uninterrupted_metrics(tiny_dataset_dir
     assert not (killed / "metrics.json").exists(), "the run finished before it was killed"
 
     resumed = subprocess.run(
-        [*train_command(tiny_dataset_dir, killed, store, epochs), "--resume"], cwd=REPO_ROOT,
-        env=env, capture_output=True, text=True, timeout=300,
+        [*train_command(tiny_dataset_dir, killed, store, epochs, flags), "--resume"],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resumed at epoch" in resumed.stdout
@@ -192,6 +203,12 @@ def test_kill_9_then_resume_ends_with_the_uninterrupted_metrics(tiny_dataset_dir
     assert logged.info.status == "FINISHED" and logged.data.tags["resumed"] == "true"
     steps = {m.step for m in client.get_metric_history(run_id, "train_loss")}
     assert steps == set(range(epochs))
+    if flags:  # the sampling settings as params, the step's waits for its subgraphs as metrics
+        assert logged.data.params["sampler"] == "neighbor"
+        assert logged.data.params["fanouts"] == "[4, 4]"
+        waits = client.get_metric_history(run_id, "sampler_wait_seconds")
+        assert {m.step for m in waits} == set(range(epochs))
+        assert len(got["sampler_wait_seconds"]) == epochs
 
 
 @pytest.mark.parametrize("name", ["kgat", "kgin", "kgcn", "lightgcn", "bprmf", "quick"])

@@ -155,3 +155,28 @@ def test_threads_is_auto_or_a_positive_integer_and_a_scheme_fits_its_bits():
         TrainConfig(threads=0)
     with pytest.raises(ConfigError, match="scheme 'normal' has 2-bit levels only \\(got bits=4\\)"):
         TrainConfig(bits=4, scheme="normal")
+
+
+def test_sampling_settings_are_coerced_and_round_trip():
+    config = TrainConfig(data="d", sampler="neighbor", n_layers=2, fanouts="10, -1")
+    assert config.fanouts == (10, -1) and config.layer_fanouts == (10, -1)
+    assert config.to_dict()["fanouts"] == [10, -1]
+    assert TrainConfig.from_dict(config.to_dict()) == config
+    assert TrainConfig(data="d", sampler="neighbor").layer_fanouts == (10, 10, 10)  # per layer
+    assert TrainConfig(data="d").sampler == "none"
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"sampler": "random"}, "'sampler' must be one of none, neighbor (got 'random')"),
+        ({"fanouts": [5, 5, 5]}, "'fanouts' applies to sampled training only: add --sampler"),
+        ({"sampler": "neighbor", "fanouts": [5, 5]}, "'fanouts' needs one count per layer: 3"),
+        ({"sampler": "neighbor", "fanouts": [5, 0, 5]}, "positive neighbor counts or -1 for all"),
+        ({"sampler": "neighbor", "fanouts": "5,x,5"}, "'fanouts' needs a list of neighbor counts"),
+        ({"sampler": "neighbor", "fanouts": []}, "'fanouts' needs a list of neighbor counts"),
+    ],
+)
+def test_bad_sampling_settings_raise_one_clear_line(override, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        TrainConfig(data="d").with_overrides(**override)

@@ -43,3 +43,12 @@ def test_per_run_settings_are_not_sweepable():
     assert {"data", "out", "resume", "extra"}.isdisjoint(sweepable_settings())
     with pytest.raises(ConfigError, match="space.out: cannot be swept"):
         parse_axis("out", ["a", "b"], {})
+
+
+def test_sampled_training_is_a_sweep_axis():
+    assert {"sampler", "fanouts"} <= set(sweepable_settings())
+    assert parse_axis("sampler", ["none", "neighbor"], {}).values == ("none", "neighbor")
+    train = {"sampler": "neighbor", "n_layers": 2}
+    assert parse_axis("fanouts", ["5,5", [10, -1]], train).values == ((5, 5), (10, -1))
+    with pytest.raises(ConfigError, match="'fanouts' needs one count per layer"):
+        parse_axis("fanouts", ["5,5,5"], train)

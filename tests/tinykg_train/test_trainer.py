@@ -8,6 +8,7 @@ and compression hooks all run for real.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -268,3 +269,46 @@ def test_metrics_json_records_the_kernel_backends_that_ran_and_torch_threads(
         "kernels_native"
     ].startswith(("off", "unavailable"))
     assert metrics["kernels_backend_requested"] == "auto"
+
+
+SAMPLED = dict(model="kgat", n_layers=2, sampler="neighbor", fanouts=(3, 3))
+
+
+def test_sampled_training_reports_its_waits_and_resumes_exactly(tiny_dataset_dir, tmp_path):
+    config = tiny_config(tiny_dataset_dir, tmp_path / "full", epochs=3, bits=2, **SAMPLED)
+    full = train(config)  # the real KGAT: sampled CF steps, and its KG phase reads rows too
+    assert len(full["sampler_wait_seconds"]) == 3 and min(full["sampler_wait_seconds"]) >= 0
+    assert (full["config"]["sampler"], full["config"]["fanouts"]) == ("neighbor", [3, 3])
+    assert len(full["kg_loss"]) == 3 and all(math.isfinite(x) for x in full["train_loss"])
+
+    first = config.with_overrides(out=str(tmp_path / "split"), epochs=1)
+    train(first)
+    resumed = train(first.with_overrides(epochs=3, resume=True))
+    assert resumed["resumed_at_epoch"] == 1
+    assert comparable(resumed) == comparable(full)
+
+
+def test_sampling_every_neighbor_trains_as_the_whole_graph_does(tiny_dataset_dir, tmp_path):
+    """KGAT at 32 bits without dropout: the same losses, epoch by epoch, to float rounding."""
+    settings = dict(epochs=2, dropout=0.0, model="kgat", n_layers=2)
+    whole = train(tiny_config(tiny_dataset_dir, tmp_path / "whole", **settings))
+    sampled = train(
+        tiny_config(
+            tiny_dataset_dir, tmp_path / "sampled", sampler="neighbor", fanouts=(-1, -1), **settings
+        )
+    )
+    for key in ("train_loss", "kg_loss"):
+        assert sampled[key] == pytest.approx(whole[key], rel=1e-5)
+    assert "sampler_wait_seconds" not in whole
+
+
+def test_a_model_that_cannot_sample_is_refused_before_anything_is_written(
+    tiny_dataset_dir, tmp_path
+):
+    out = tmp_path / "run"
+    config = tiny_config(tiny_dataset_dir, out, sampler="neighbor", n_layers=2)
+    with pytest.raises(ConfigError, match="TinyMF has no sampled training"):
+        train(config, model_builder=mf_builder)
+    with pytest.raises(ConfigError, match="BPRMF has no graph to sample"):
+        train(config.with_overrides(model="bprmf"))
+    assert not out.exists()

@@ -75,7 +75,7 @@ def previous_bi_interaction_backward(ctx, grad):
         if needs[0]:
             grad_ego = through_sum.addcmul_(through_product, neighbors).view(ctx.shape)
     return (grad_ego, grad_neighbors, grad_sum_weight, grad_sum_bias, grad_product_weight,
-            grad_product_bias, None, None, None, None)  # fmt: skip
+            grad_product_bias, None, None, None, None, None)  # fmt: skip
 
 
 class PreviousRelationalMean(torch.autograd.Function):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tinykg_train.coercion import as_bool, as_float, as_int, as_int_list, as_str
+from tinykg_train.coercion import as_bool, as_float, as_int, as_int_list, as_str, wrong
 from tinykg_train.compression_defaults import (
     BITS,
     DEFAULT_BITS,
@@ -47,6 +47,9 @@ __all__ = [
     "read_yaml_mapping",
 ]
 
+SAMPLERS = ("none", "neighbor")  # whole-graph steps, or each step on its batch's sampled subgraph
+DEFAULT_FANOUT = 10  # neighbors per node and layer when `fanouts` is not given
+
 AUTO = "auto"  # `bits: auto`: each saved tensor's width chosen from its measured sensitivity
 
 MODELS = tuple(MODEL_DEFAULTS)
@@ -62,10 +65,10 @@ INT_FIELDS = frozenset(
 )  # fmt: skip
 OPTIONAL_INT_FIELDS = frozenset({"group_size", "max_batches_per_epoch", "threads"})
 FLOAT_FIELDS = frozenset({"lr", "l2", "dropout", "auto_bits"})
-STR_FIELDS = frozenset({"data", "model", "scheme", "device", "out"})
+STR_FIELDS = frozenset({"data", "model", "scheme", "device", "out", "sampler"})
 OPTIONAL_STR_FIELDS = frozenset({"memory_budget"})
 BOOL_FIELDS = frozenset({"resume"})
-SPECIAL_FIELDS = frozenset({"bits", "eval_ks", "extra"})  # coerced by name in _coerce
+SPECIAL_FIELDS = frozenset({"bits", "eval_ks", "fanouts", "extra"})  # coerced by name in _coerce
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,10 @@ class TrainConfig:
     patience: int = 5  # early stopping: evaluations without a better valid Recall@20
     max_batches_per_epoch: int | None = None  # cap for quick runs and tests
     threads: int | None = None  # torch CPU threads; None: the CPUs this process may use (threads.py)
+    # "neighbor": each CF step propagates over its batch's sampled `n_layers`-hop subgraph only,
+    # `fanouts[i]` neighbors per node at layer i (-1 = all; None = DEFAULT_FANOUT per layer)
+    sampler: str = "none"
+    fanouts: tuple[int, ...] | None = None
     resume: bool = False
     workers: int = 1  # data-parallel Ray Train workers; 1 trains in this process (tinykg_train.distributed)
     extra: dict[str, Any] = field(default_factory=dict)  # model-specific knobs, logged as params
@@ -142,6 +149,11 @@ class TrainConfig:
             raise ConfigError(
                 "bits auto measures sensitivities in one process; with workers > 1 each worker would choose its own widths: pass fixed --bits (1, 2, 4, 8 or 32)"
             )
+        if self.sampler != "none" and (self.adaptive or self.workers > 1):
+            raise ConfigError(
+                f"--sampler {self.sampler} runs in one process at fixed widths for now: drop "
+                + ("--workers" if self.workers > 1 else "--bits auto (pass 1, 2, 4, 8 or 32)")
+            )
         if self.device not in DEVICES:
             raise ConfigError(f"'device' must be one of {', '.join(DEVICES)} (got {self.device!r})")
         positive = (
@@ -169,6 +181,33 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ConfigError(f"'{name}' needs to be a positive integer or null (got {value})")
+        self.validate_sampling()
+
+    def validate_sampling(self) -> None:
+        if self.sampler not in SAMPLERS:
+            raise ConfigError(
+                f"'sampler' must be one of {', '.join(SAMPLERS)} (got {self.sampler!r})"
+            )
+        if self.fanouts is None:
+            return
+        if self.sampler == "none":
+            raise ConfigError(
+                "'fanouts' applies to sampled training only: add --sampler neighbor or drop --fanouts"
+            )
+        if any(k <= 0 and k != -1 for k in self.fanouts):
+            raise ConfigError(
+                f"'fanouts' needs positive neighbor counts or -1 for all (got {list(self.fanouts)})"
+            )
+        if len(self.fanouts) != self.n_layers:
+            raise ConfigError(
+                f"'fanouts' needs one count per layer: {self.n_layers} for n_layers="
+                f"{self.n_layers} (got {len(self.fanouts)}: {list(self.fanouts)})"
+            )
+
+    @property
+    def layer_fanouts(self) -> tuple[int, ...]:
+        """Neighbors sampled per node at each layer: `fanouts`, or DEFAULT_FANOUT per layer."""
+        return self.fanouts if self.fanouts is not None else (DEFAULT_FANOUT,) * self.n_layers
 
     # -- construction -------------------------------------------------------------------------
 
@@ -233,6 +272,7 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         values = dataclasses.asdict(self)
         values["eval_ks"] = list(self.eval_ks)
+        values["fanouts"] = None if self.fanouts is None else list(self.fanouts)
         return values
 
     @property
@@ -322,6 +362,12 @@ def _coerce(name: str, value: Any) -> Any:
         return as_bool(value, label)
     if name == "eval_ks":
         return tuple(sorted(set(as_int_list(value, label, "a list of cut-offs like [20, 50]"))))
+    if name == "fanouts" and value is not None:
+        hint = "a list of neighbor counts per layer like [10, 10] (-1 = all)"
+        counts = as_int_list(value, label, hint)
+        if not counts:
+            raise wrong(label, hint, value)
+        return tuple(counts)
     if name == "extra":
         return coerce_extra(value)
     return value  # a field in no table: tests/tinykg_train/test_config.py names it

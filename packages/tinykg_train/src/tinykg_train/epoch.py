@@ -103,19 +103,31 @@ def train_epoch(session: Session, epoch: int) -> dict[str, Any]:
     synchronize(session.device)
     start = time.perf_counter()
     model.on_epoch_start(epoch)  # e.g. KGAT's attention refresh: part of the epoch's cost
-    adapt_if_due(session, "cf", epoch, session.cf_batches, model.loss)
-    cf_loss, activation_bytes, by_module = run_phase(
-        session, epoch, "cf", session.cf_batches, model.loss, measure=True
-    )
+    sampled = session.sampled  # sampled training: batches with subgraphs, their own losses
+    if sampled is None:
+        adapt_if_due(session, "cf", epoch, session.cf_batches, model.loss)
+    with sampled.running(epoch) if sampled is not None else contextlib.nullcontext():
+        cf_loss, activation_bytes, by_module = run_phase(
+            session,
+            epoch,
+            "cf",
+            session.cf_batches if sampled is None else sampled,
+            model.loss if sampled is None else sampled.cf_loss,
+            measure=True,
+        )
     row: dict[str, Any] = {"epoch": epoch, "train_loss": cf_loss}
     if session.kg_batches is not None:
-        adapt_if_due(session, "kg", epoch, session.kg_batches, model.kg_loss)
+        kg_loss = model.kg_loss if sampled is None else sampled.kg_loss
+        if sampled is None:
+            adapt_if_due(session, "kg", epoch, session.kg_batches, model.kg_loss)
         row["kg_loss"], _, _ = run_phase(
-            session, epoch, "kg", session.kg_batches, model.kg_loss, measure=False
+            session, epoch, "kg", session.kg_batches, kg_loss, measure=False
         )
     session.optimizer.zero_grad(set_to_none=True)  # each step starts without; nothing to hold
     synchronize(session.device)
     row["epoch_seconds"] = time.perf_counter() - start
+    if sampled is not None:
+        row.update(sampled.epoch_stats())
     row["activation_bytes"] = activation_bytes
     if session.precision is not None:  # `bits: auto`: the widths this epoch's steps used
         row.update(session.precision.average_bits_by_phase())

@@ -29,6 +29,7 @@ from tinykg_train.errors import ConfigError, TinyKGError
 from tinykg_train.evaluate import RankingEvaluator
 from tinykg_train.precision import build_precision
 from tinykg_train.run_dir import RunDir
+from tinykg_train.scale.sampled_training import sampled_batches
 from tinykg_train.training_state import TrainingState
 
 # build_model(name, dataset, config) -> Recommender (see tinykg_train.models)
@@ -67,6 +68,7 @@ class Session:
         own = getattr(self.model, "compression", None)
         return self.fallback_compression if own is None else own
     replica: Any | None = None  # tinykg_train.distributed.Replica on a data-parallel worker
+    sampled: Any | None = None  # `scale.sampled_training.SampledBatches` with --sampler neighbor
 
 
 def evaluation_ks(config: TrainConfig) -> tuple[int, ...]:
@@ -129,6 +131,7 @@ def open_session(
         tune_cpu_allocator()  # whole-graph tensors freed every step stay mapped (see allocator)
     seed_everything(config.seed)
     model = model_builder(config.model, dataset, config).to(device)
+    cf_batches = BPRBatches(dataset, config.batch_size, config.seed)
     session = Session(
         config=config,
         run=run,
@@ -136,7 +139,7 @@ def open_session(
         dataset=dataset,
         model=model,
         optimizer=torch.optim.Adam(model.parameters(), lr=config.lr),
-        cf_batches=BPRBatches(dataset, config.batch_size, config.seed),
+        cf_batches=cf_batches,
         kg_batches=KGBatches(dataset, config.kg_batch_size, config.seed)
         if model.has_kg_phase
         else None,
@@ -146,6 +149,7 @@ def open_session(
         if getattr(model, "compression", None) is not None
         else config.compression_config(),
         replica=replica,
+        sampled=sampled_batches(config, dataset, model, cf_batches),
     )
     session.precision = build_precision(config, session.compression)
     if replica is not None:

@@ -142,6 +142,8 @@ def final_result(
         result["kg_loss"] = state.column("kg_loss")
     if session.precision is not None:
         result["precision"] = session.precision.report()
+    if session.sampled is not None:  # seconds each epoch's steps waited for their subgraphs
+        result["sampler_wait_seconds"] = state.column("sampler_wait_seconds")
     return result
 
 

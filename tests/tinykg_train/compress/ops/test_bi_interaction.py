@@ -173,6 +173,69 @@ def test_recomputed_neighbors_are_not_stored():
     assert meter.total_bytes == (400 * 64 / 4 + 400 * 4) + 2 * 400 * 32 / 8  # ego and two masks
 
 
+def through_block(matrix, targets, config):
+    """A sampled layer block: `x` the block's sources, the first `targets` of them its targets,
+    neighbors = B x with B [targets, sources]; the op keeps the sources, not the targets."""
+
+    def op(x, w1, b1, w2, b2):
+        neighbors_of = lambda s: matrix @ s  # noqa: E731
+        return bi_interaction(
+            x[:targets], neighbors_of(x), w1, b1, w2, b2, SLOPE, config=config,
+            neighbors_of=neighbors_of, sources=x,
+        )  # fmt: skip
+
+    return op
+
+
+def block_matrix(targets: int = 40, n: int = 90, dtype: torch.dtype = torch.float32):
+    """B [targets, n]: rows of `propagation`'s matrix (no node its own neighbor)."""
+    return propagation(n, dtype).to_dense()[:targets].to_sparse_csr()
+
+
+def plain_through_block(matrix, targets):
+    return lambda x, w1, b1, w2, b2: plain(x[:targets], matrix @ x, w1, b1, w2, b2)
+
+
+def test_a_block_recomputed_from_its_sources_gives_the_plain_gradients(exact_functions, grad_tools):
+    x, _, w1, b1, w2, b2 = make_inputs(torch.float64)
+    matrix = block_matrix(dtype=torch.float64)
+    probe = torch.randn(40, 32, dtype=torch.float64)
+    inputs = (x, w1, b1, w2, b2)
+    ours = grad_tools.gradients(through_block(matrix, 40, exact_functions), inputs, probe)
+    reference = grad_tools.gradients(plain_through_block(matrix, 40), inputs, probe)
+    for got, want in zip(ours, reference, strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_a_block_keeps_the_2_bit_gradients_unbiased(grad_tools):
+    x, _, w1, b1, w2, b2 = make_inputs()
+    matrix, inputs = block_matrix(), (x, w1, b1, w2, b2)
+    probe = torch.randn(40, 32, generator=torch.Generator().manual_seed(4))
+    exact = grad_tools.gradients(plain_through_block(matrix, 40), inputs, probe)
+    samples = grad_tools.draws(
+        through_block(matrix, 40, CompressionConfig(bits=2)), inputs, probe, range(64)
+    )
+    for position in (0, 1, 3):  # sources, W1, W2
+        ratio = grad_tools.bias_ratio([s[position] for s in samples], exact[position])
+        assert ratio < 2.0, (position, ratio)
+
+
+def test_a_block_stores_its_sources_once_and_neither_factor():
+    x, _, *weights = make_inputs(n=400)
+    w1, b1, w2, b2 = map(torch.nn.Parameter, weights)
+    matrix = block_matrix(100, 400)
+    with ActivationMeter() as meter:
+        out = through_block(matrix, 100, CompressionConfig(bits=2))(x, w1, b1, w2, b2)
+    assert out.shape == (100, 32)
+    assert meter.total_bytes == (400 * 64 / 4 + 400 * 4) + 2 * 100 * 32 / 8  # sources, two masks
+
+
+def test_sources_need_the_map_to_the_neighbors():
+    x, neighbors, *weights = make_inputs()
+    with pytest.raises(ValueError, match="'sources' needs 'neighbors_of'"):
+        bi_interaction(x, neighbors, *weights, config=CompressionConfig(bits=2), sources=x)
+
+
 class Mallinfo2(ctypes.Structure):
     _fields_ = [
         (name, ctypes.c_size_t)

@@ -6,6 +6,11 @@ neg_items)`, `kg_loss(heads, relations, tails, neg_tails)` (when `has_kg_phase`)
 from `tinykg_train.compress.ops` with `self.compression` (and its layers with theirs), and the
 trainer's saved-tensor hooks use the model's `compression` too, so one `CompressionConfig` object
 serves the whole run. `set_compression` is the one way to change it, for the model or one part.
+
+Sampled training (`--sampler neighbor`) calls, beside those: `step_sampler(ckg, fanouts)` once (the
+sampler of one CF step's subgraph, run in a background thread), then per step `local_loss(users,
+pos_items, neg_items, graph, rows)` on the batch's sampled `graph`, reading the big embedding tables
+only through `rows(table, ids)` at the ids `rows_needed(...)` names (see `models.rows`).
 """
 
 from __future__ import annotations
@@ -20,9 +25,10 @@ from torch import nn
 from tinykg_train.compress import CompressionConfig, ops
 from tinykg_train.compress.modules import CompressedModule
 from tinykg_train.compress.modules import set_compression as set_compression_in
-from tinykg_train.errors import TinyKGError
+from tinykg_train.errors import ConfigError, TinyKGError
 from tinykg_train.model_defaults import knob
 from tinykg_train.models.losses import bpr_loss, l2_penalty
+from tinykg_train.models.rows import ParameterRows, Rows
 
 
 class Recommender(CompressedModule):
@@ -88,6 +94,27 @@ class Recommender(CompressedModule):
         """The KG phase's loss; only models with `has_kg_phase` have one."""
         raise TinyKGError(f"{type(self).__name__} has no KG phase (has_kg_phase is False)")
 
+    # -- sampled training: the local path -----------------------------------------------------------
+
+    def step_sampler(self, ckg, fanouts: tuple[int, ...]) -> Any:
+        """The sampler (`sample(users, pos_items, neg_items, rng) -> graph`) of one CF step's
+        subgraph on the `kg_data.CKG`; a model without a graph to sample raises ConfigError."""
+        raise ConfigError(
+            f"{type(self).__name__} has no graph to sample: train it with --sampler none"
+        )
+
+    def rows_needed(self, users, pos_items, neg_items, graph) -> dict[str, torch.Tensor]:
+        """The global ids (sorted, distinct) of every table row `local_loss` reads, per table."""
+        raise NotImplementedError
+
+    def local_loss(self, users, pos_items, neg_items, graph, rows: Rows | None = None):
+        """`loss` of the batch computed on its sampled `graph` alone; tables read via `rows`."""
+        raise NotImplementedError
+
+    def parameter_rows(self) -> Rows:
+        """The default `rows`: the model's own parameters (see `models.rows`)."""
+        return ParameterRows(self)
+
     def prepare_scoring(self) -> None:
         """Compute once what `score_users` needs (the trainer calls it in eval mode, no grad)."""
 
@@ -136,6 +163,29 @@ class EmbeddingRecommender(Recommender):
 
     def extra_loss(self) -> torch.Tensor | None:
         return None
+
+    def local_propagate(self, graph, rows: Rows) -> tuple[torch.Tensor, torch.Tensor, tuple]:
+        """The local path's `propagate`: `(user vectors, item vectors, (user index, positive
+        index, negative index))`, the batch's rows found at those indices of the two."""
+        raise NotImplementedError
+
+    def local_ego(self, users, pos_items, neg_items, rows: Rows) -> list[torch.Tensor]:
+        """The local path's `ego_embeddings`, read through `rows`."""
+        raise NotImplementedError
+
+    def local_loss(self, users, pos_items, neg_items, graph, rows: Rows | None = None):
+        """BPR (and the L2 and extra terms) as in `loss`, from a propagation over `graph` only."""
+        rows = self.parameter_rows() if rows is None else rows
+        config = self.compression
+        user_vectors, item_vectors, (at_user, at_pos, at_neg) = self.local_propagate(graph, rows)
+        u = ops.embedding(user_vectors, at_user, config=config)
+        pos = ops.embedding(item_vectors, at_pos, config=config)
+        neg = ops.embedding(item_vectors, at_neg, config=config)
+        loss = bpr_loss(u, pos, neg, config=config)
+        if self.l2 > 0:
+            loss = loss + self.l2 * l2_penalty(self.local_ego(users, pos_items, neg_items, rows))
+        extra = self.extra_loss()
+        return loss if extra is None else loss + extra
 
     def loss(self, users: torch.Tensor, pos_items: torch.Tensor, neg_items: torch.Tensor):
         user_vectors, item_vectors = self.propagate()

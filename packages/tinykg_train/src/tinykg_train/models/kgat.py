@@ -9,6 +9,10 @@ Two phases per epoch, as in the original code:
 The attention pi(h, r, t) = (W_r e_t)^T tanh(W_r e_h + e_r), softmax over each head's neighbors, is
 computed without gradient and kept in a buffer; it is refreshed at each epoch start and before
 scoring (the original refreshes it after each epoch's training, then evaluates).
+
+Sampled training (`local_loss`) runs the same layers on a step's sampled subgraph, trimmed per layer
+(`LocalGraph.block`); each edge's attention is the global one (looked up by `edge_id`) renormalised
+over the node's sampled neighbors, i.e. the softmax over the sampled set.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from tinykg_train.models.graphs import FIRST_KG_RELATION, INTERACT, ckg_edges, s
 from tinykg_train.models.layers import BiInteractionLayer, xavier_parameter
 from tinykg_train.models.losses import softplus_mean
 from tinykg_train.models.pretrained import load_mf_embeddings
+from tinykg_train.models.rows import Rows
 from tinykg_train.models.sparse import CSRGraph
 
 #: Edges scored at a time when refreshing the attention (bounds its memory to ~2^18 x dim floats).
@@ -162,11 +167,48 @@ class KGAT(EmbeddingRecommender):
         nodes = torch.cat([users + self.n_entities, pos_items, neg_items])
         return list(self.node_embedding.index_select(0, nodes).chunk(3))
 
+    # -- CF phase on a sampled subgraph ------------------------------------------------------------
+
+    def step_sampler(self, ckg, fanouts):
+        from tinykg_train.scale.subgraphs import NeighborStepSampler, layer_blocks
+
+        return NeighborStepSampler(ckg, fanouts, prepare=layer_blocks)
+
+    def rows_needed(self, users, pos_items, neg_items, graph) -> dict[str, torch.Tensor]:
+        return {"node_embedding": graph.sorted_node}
+
+    def sampled_attention(self, graph) -> torch.Tensor:
+        """Each sampled edge's attention, renormalised over its target's sampled edges."""
+        attention = self.attention.index_select(0, graph.edge_id)
+        target = graph.edge_index[1]
+        total = attention.new_zeros(graph.num_nodes).index_add_(0, target, attention)
+        return attention / total.index_select(0, target)
+
+    def local_propagate(self, graph, rows: Rows):
+        blocks = graph.aux["blocks"]
+        # the matrix entries of every block are a prefix of the first block's: one tensor
+        entries = blocks[0].values(self.sampled_attention(graph))
+        x = rows("node_embedding", graph.node)
+        seeds = graph.num_seeds
+        outputs = [x[:seeds]]
+        for layer, block in zip(self.layers, blocks, strict=True):
+            values = entries[: block.num_entries]
+            x, normalized = layer(x[: block.num_sources], block, values, block.num_nodes)
+            outputs.append(normalized[:seeds])
+        final = torch.cat(outputs, dim=1)
+        return final, final, graph.batch
+
+    def local_ego(self, users, pos_items, neg_items, rows: Rows) -> list[torch.Tensor]:
+        nodes = torch.cat([users + self.n_entities, pos_items, neg_items])
+        return list(rows("node_embedding", nodes).chunk(3))
+
     # -- KG phase ----------------------------------------------------------------------------------
 
-    def kg_loss(self, heads, relations, tails, neg_tails) -> torch.Tensor:
-        """TransR loss on a KG batch, its inverse triples and as many sampled user-item triples."""
-        return self.transr_loss(*self.kg_phase_triples(heads, relations, tails, neg_tails))
+    def kg_loss(self, heads, relations, tails, neg_tails, rows: Rows | None = None) -> torch.Tensor:
+        """TransR loss on a KG batch, its inverse triples and as many sampled user-item triples;
+        with `rows`, node vectors are read through it (sampled training) instead of the table."""
+        triples = self.kg_phase_triples(heads, relations, tails, neg_tails)
+        return self.transr_loss(*triples, rows=rows)
 
     def kg_phase_triples(self, heads, relations, tails, neg_tails) -> tuple[torch.Tensor, ...]:
         """`(head, relation, tail, corrupted head, corrupted tail)` in CKG ids for one KG step.
@@ -187,10 +229,13 @@ class KGAT(EmbeddingRecommender):
             torch.cat([neg_tails, heads, neg_items, users]),
         )
 
-    def transr_loss(self, heads, relations, tails, neg_heads, neg_tails) -> torch.Tensor:
+    def transr_loss(
+        self, heads, relations, tails, neg_heads, neg_tails, rows: Rows | None = None
+    ) -> torch.Tensor:
         """Mean of -log sigmoid(f(corrupted) - f(true)), f = ||W_r e_h + e_r - W_r e_t||^2,
         plus `l2` times the L2 penalty on the projected vectors and relation embeddings."""
-        projected = self.project(torch.stack([heads, tails, neg_heads, neg_tails]), relations)
+        nodes = torch.stack([heads, tails, neg_heads, neg_tails])
+        projected = self.project(nodes, relations, rows)
         relation_vectors = self.relation_embedding.index_select(0, relations)
         ph, pt, nh, nt = projected
         pos_score, neg_score, squared_norms = ops.translation_scores(
@@ -210,17 +255,23 @@ class KGAT(EmbeddingRecommender):
         users, items = self.edge_index[1, picked], self.edge_index[0, picked]
         return users, items, torch.randint(self.n_items, (n,), device=device)
 
-    def project(self, nodes: torch.Tensor, relation: torch.Tensor) -> torch.Tensor:
-        """`W_r e_node` for nodes `[k, n]` whose column j goes with relation[j]: `[k, n, rel_dim]`."""
+    def project(
+        self, nodes: torch.Tensor, relation: torch.Tensor, rows: Rows | None = None
+    ) -> torch.Tensor:
+        """`W_r e_node` for nodes `[k, n]` whose column j goes with relation[j]: `[k, n, rel_dim]`;
+        the node vectors read through `rows` when given."""
         order, counts = sort_by_relation(relation, self.num_relations)
         blocks = nodes[:, order].split(counts, dim=1)  # [k, count] node ids per relation
         ids = torch.cat([block.reshape(-1) for block in blocks])
-        rows = [block.numel() for block in blocks]
-        vectors = self.node_embedding.index_select(0, ids)
-        projected = ops.grouped_linear(vectors, self.transfer, rows, config=self.compression)
+        sizes = [block.numel() for block in blocks]
+        if rows is None:
+            vectors = self.node_embedding.index_select(0, ids)
+        else:
+            vectors = rows("node_embedding", ids)
+        projected = ops.grouped_linear(vectors, self.transfer, sizes, config=self.compression)
         pieces = [
             part.view(*block.shape, self.transfer.shape[2])
-            for part, block in zip(projected.split(rows), blocks, strict=True)
+            for part, block in zip(projected.split(sizes), blocks, strict=True)
         ]
         out = torch.cat(pieces, dim=1)
         return out.index_select(1, torch.argsort(order))

@@ -9,6 +9,10 @@ linking it; ReLU inside, tanh at the last round. Score = `<u, v_u>`, trained wit
 Training computes each (user, item) pair's receptive field as a tree (`[B, K^hop, dim]`, as the
 original). Scoring all items for a user instead computes each round once per distinct entity that
 some item's field needs (`ScoringPlan`), chunked over users so memory stays bounded.
+
+Sampled training (`local_loss`) draws each step's trees afresh from the KG (`fanouts[h]` neighbors
+per node at depth h, `scale.receptive_field`) instead of reading the fixed table; scoring keeps
+reading the table (`kg_neighbors` per entity).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from tinykg_train.errors import ConfigError
 from tinykg_train.models.base import Recommender
 from tinykg_train.models.layers import SumAggregator, xavier_parameter
 from tinykg_train.models.losses import bpr_loss, l2_penalty
+from tinykg_train.models.rows import Rows
 
 #: Elements of the largest temporary tensor `score_users` builds per user chunk (~256 MB in fp32).
 SCORING_BUDGET = 1 << 26
@@ -85,21 +90,42 @@ class KGCN(Recommender):
         scores = ops.linear(user_vectors, self.relation_embedding, config=self.compression)
         return scores / self.embed_dim
 
+    def tree_from_table(self, items: torch.Tensor) -> tuple[list, list]:
+        """The items' receptive fields read from the fixed table: `(entities, relations)` per
+        depth, as `scale.receptive_field.ReceptiveField` holds them."""
+        batch = len(items)
+        entities, relations = [items.unsqueeze(1)], []
+        for _ in range(self.n_hops):
+            relations.append(self.neighbor_relations[entities[-1]].reshape(batch, -1))
+            entities.append(self.neighbors[entities[-1]].reshape(batch, -1))
+        return entities, relations
+
     def item_vectors(self, user_vectors: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
         """Item vectors `[B, dim]` specific to the user of each pair (user_vectors[j], items[j])."""
-        config, K, batch = self.compression, self.n_neighbors, len(items)
+        entities, relations = self.tree_from_table(items)
+        return self.aggregate_tree(
+            user_vectors,
+            entities,
+            relations,
+            (self.n_neighbors,) * self.n_hops,
+            lambda e: ops.embedding(self.entity_embedding, e, config=self.compression),
+        )
+
+    def aggregate_tree(self, user_vectors, entities, relations, fanouts, entity_rows):
+        """The sum aggregator's rounds over trees (`tree_from_table`'s layout, `fanouts[h]`
+        children per depth-h node); `entity_rows(ids)` gives the entity vectors `ids.shape + (dim,)`."""
         scores = self.relation_scores(user_vectors)
-        entities, weights = [items.unsqueeze(1)], []
-        for _ in range(self.n_hops):
-            relation = self.neighbor_relations[entities[-1]].reshape(batch, -1)
-            weights.append(torch.softmax(scores.gather(1, relation).view(batch, -1, K), dim=-1))
-            entities.append(self.neighbors[entities[-1]].reshape(batch, -1))
-        vectors = [ops.embedding(self.entity_embedding, e, config=config) for e in entities]
+        batch = user_vectors.shape[0]
+        weights = [
+            torch.softmax(scores.gather(1, relation).view(batch, -1, k), dim=-1)
+            for relation, k in zip(relations, fanouts, strict=True)
+        ]
+        vectors = [entity_rows(e) for e in entities]
         for round_index in range(self.n_hops):
             vectors = [
                 self.aggregators[round_index](
                     vectors[hop],
-                    vectors[hop + 1].view(batch, -1, K, self.embed_dim),
+                    vectors[hop + 1].view(batch, -1, fanouts[hop], self.embed_dim),
                     weights[hop],
                 )
                 for hop in range(self.n_hops - round_index)
@@ -115,6 +141,37 @@ class KGCN(Recommender):
         if self.l2 > 0:
             item_ego = self.entity_embedding.index_select(0, torch.cat([pos_items, neg_items]))
             ego = [self.user_embedding.index_select(0, users), *item_ego.chunk(2)]
+            loss = loss + self.l2 * l2_penalty(ego)
+        return loss
+
+    # -- a step's trees drawn afresh (sampled training) --------------------------------------------
+
+    def step_sampler(self, ckg, fanouts):
+        from tinykg_train.scale.receptive_field import ReceptiveFieldSampler
+
+        return ReceptiveFieldSampler(ckg, fanouts)
+
+    def rows_needed(self, users, pos_items, neg_items, field) -> dict[str, torch.Tensor]:
+        entities = torch.cat([e.reshape(-1) for e in field.entities])
+        return {"user_embedding": torch.unique(users), "entity_embedding": torch.unique(entities)}
+
+    def local_loss(self, users, pos_items, neg_items, field, rows: Rows | None = None):
+        """`loss` over the step's own trees (`field`, a `ReceptiveField`), tables read via `rows`."""
+        rows = self.parameter_rows() if rows is None else rows
+        dim = self.embed_dim
+
+        def entity_rows(ids: torch.Tensor) -> torch.Tensor:
+            return rows("entity_embedding", ids.reshape(-1)).view(*ids.shape, dim)
+
+        user_vectors = rows("user_embedding", users)
+        items = self.aggregate_tree(
+            user_vectors.repeat(2, 1), field.entities, field.relations, field.fanouts, entity_rows
+        )
+        pos, neg = items.chunk(2)
+        loss = bpr_loss(user_vectors, pos, neg, config=self.compression)
+        if self.l2 > 0:
+            item_ego = rows("entity_embedding", torch.cat([pos_items, neg_items]))
+            ego = [rows("user_embedding", users), *item_ego.chunk(2)]
             loss = loss + self.l2 * l2_penalty(ego)
         return loss
 

@@ -9,11 +9,17 @@ then message dropout and L2 normalisation; the final vectors are the sums over h
 Training also drops a share of the KG and interaction edges each step (`edge_dropout`, the original
 "node dropout"), and adds an independence penalty between intents (`independence`: "distance"
 correlation, the original default, or "cosine") weighted by `independence_weight`.
+
+Sampled training (`local_loss`) runs the same hops on a step's sampled subgraph (users draw from
+their items, entities from their KG neighbors, never an item from its users), trimmed per hop: the
+means are over the sampled neighbors, and `edge_dropout` drops a share of the sampled edges.
 """
 
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -23,8 +29,16 @@ from tinykg_train.compress import ops
 from tinykg_train.errors import ConfigError
 from tinykg_train.model_defaults import extra_defaults
 from tinykg_train.models.base import EmbeddingRecommender
-from tinykg_train.models.graphs import ckg_edges, item_to_user_mean, kg_only
+from tinykg_train.models.graphs import (
+    FIRST_KG_RELATION,
+    INTERACT,
+    ckg_edges,
+    item_to_user_mean,
+    kg_only,
+    mean_weights,
+)
 from tinykg_train.models.layers import RelationalPathLayer, xavier_parameter
+from tinykg_train.models.rows import Rows
 from tinykg_train.models.sparse import CSRGraph
 
 
@@ -51,6 +65,74 @@ def intent_independence(weights: torch.Tensor, kind: str) -> torch.Tensor:
         return similarity.triu(diagonal=1).pow(2).sum()
     pairs = itertools.combinations(range(weights.shape[0]), 2)
     return sum(distance_correlation(weights[i], weights[j]) for i, j in pairs)
+
+
+@dataclass(frozen=True)
+class LocalKGIN:
+    """A sampled step's graph in KGIN's terms: users and entities numbered apart, in the subgraph's
+    node order (so the entities within distance d are a prefix: `entities_within[d]` of them).
+
+    `user_ids` / `entity_ids` global table rows; `kg_index` [2, E] entity positions (source, target)
+    of the KG edges, hop-ordered (`kg_within[d]` of them point into entities within distance d),
+    `kg_relation` their KG relation ids `0..2R-1`; `ui_graph` item -> user means over the sampled
+    items (`ui_values` its entries); `batch` the batch rows' user / item positions.
+    """
+
+    user_ids: torch.Tensor
+    entity_ids: torch.Tensor
+    kg_index: torch.Tensor
+    kg_relation: torch.Tensor
+    ui_graph: CSRGraph
+    ui_values: torch.Tensor
+    entities_within: tuple[int, ...]
+    kg_within: tuple[int, ...]
+    batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+    def to(self, device, non_blocking: bool = False) -> LocalKGIN:
+        def move(t):
+            return t.to(device, non_blocking=non_blocking)
+
+        return LocalKGIN(
+            move(self.user_ids),
+            move(self.entity_ids),
+            move(self.kg_index),
+            move(self.kg_relation),
+            self.ui_graph.to(device),
+            move(self.ui_values),
+            self.entities_within,
+            self.kg_within,
+            tuple(move(b) for b in self.batch),
+        )
+
+
+def local_kgin(graph, n_entities: int):
+    """`graph` with `aux["kgin"]`, its `LocalKGIN` (built in the sampling thread)."""
+    is_user = graph.node >= n_entities
+    n_users = int(is_user.sum())
+    slot = torch.empty_like(graph.node)
+    slot[is_user] = torch.arange(n_users)
+    slot[~is_user] = torch.arange(graph.num_nodes - n_users)
+    source, target = slot[graph.edge_index[0]], slot[graph.edge_index[1]]
+    ui = graph.relation == INTERACT
+    kg = graph.relation >= FIRST_KG_RELATION
+    entities_before = torch.cumsum(~is_user, 0)  # entities among the first i + 1 nodes
+    kg_hop = graph.hop[kg]
+    distances = range(graph.num_hops + 1)
+    ui_index = torch.stack([source[ui], target[ui]])
+    items_within_reach = int(entities_before[graph.num_within(1) - 1])
+    ui_graph = CSRGraph(ui_index, n_users, items_within_reach)
+    local = LocalKGIN(
+        user_ids=graph.node[is_user] - n_entities,
+        entity_ids=graph.node[~is_user],
+        kg_index=torch.stack([source[kg], target[kg]]),
+        kg_relation=graph.relation[kg] - FIRST_KG_RELATION,
+        ui_graph=ui_graph,
+        ui_values=ui_graph.values(mean_weights(ui_index[1], n_users)),
+        entities_within=tuple(int(entities_before[graph.num_within(d) - 1]) for d in distances),
+        kg_within=tuple(int((kg_hop <= d).sum()) for d in distances),
+        batch=tuple(slot[b] for b in graph.batch),
+    )
+    return graph.with_aux(kgin=local)
 
 
 class KGIN(EmbeddingRecommender):
@@ -123,6 +205,65 @@ class KGIN(EmbeddingRecommender):
     def ego_embeddings(self, users, pos_items, neg_items) -> list[torch.Tensor]:
         items = self.entity_embedding.index_select(0, torch.cat([pos_items, neg_items]))
         return [self.user_embedding.index_select(0, users), *items.chunk(2)]
+
+    # -- propagation on a sampled subgraph ---------------------------------------------------------
+
+    def step_sampler(self, ckg, fanouts):
+        from tinykg_train.scale.subgraphs import NeighborStepSampler
+
+        relations = [INTERACT, *range(FIRST_KG_RELATION, ckg.num_relations)]
+        prepare = partial(local_kgin, n_entities=self.n_entities)
+        return NeighborStepSampler(ckg, fanouts, relations=relations, prepare=prepare)
+
+    def rows_needed(self, users, pos_items, neg_items, graph) -> dict[str, torch.Tensor]:
+        local = graph.aux["kgin"]
+        return {
+            "user_embedding": torch.sort(local.user_ids).values,
+            "entity_embedding": torch.sort(local.entity_ids).values,
+        }
+
+    def local_edge_dropout(self, local: LocalKGIN) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """A keep mask over the sampled KG edges (None: keep all) and the user-item entries of
+        this step, dropped at `edge_dropout` as `kg_edges` / `interaction_weights` drop them."""
+        rate = self.extra["edge_dropout"]
+        if not self.training or rate == 0:
+            return None, local.ui_values
+        n = local.kg_relation.shape[0]
+        keep = torch.zeros(n, dtype=torch.bool, device=local.kg_relation.device)
+        keep[torch.randperm(n, device=keep.device)[: int(n * (1 - rate))]] = True
+        kept = torch.rand(local.ui_values.shape, device=local.ui_values.device) >= rate
+        return keep, local.ui_values * kept / (1 - rate)
+
+    def local_propagate(self, graph, rows: Rows):
+        local = graph.aux["kgin"]
+        keep, ui_values = self.local_edge_dropout(local)
+        intents = self.intents()
+        user = rows("user_embedding", local.user_ids)
+        entity = rows("entity_embedding", local.entity_ids)
+        seeds = local.entities_within[0]
+        user_sum, entity_sum = user, entity[:seeds]
+        n_layers = len(self.layers)
+        for index, layer in enumerate(self.layers, start=1):
+            within = n_layers - index  # this hop's outputs: the entities within that distance
+            count = local.kg_within[within]
+            kg_index, kg_relation = local.kg_index[:, :count], local.kg_relation[:count]
+            if keep is not None:
+                kg_index, kg_relation = kg_index[:, keep[:count]], kg_relation[keep[:count]]
+            user, entity = layer(
+                user,
+                entity[: local.entities_within[within + 1]],
+                self.intent_query,
+                intents,
+                self.relation_embedding,
+                (kg_index, kg_relation, local.ui_graph, ui_values),
+                num_entities=local.entities_within[within],
+            )
+            user_sum, entity_sum = user_sum + user, entity_sum + entity[:seeds]
+        return user_sum, entity_sum, local.batch
+
+    def local_ego(self, users, pos_items, neg_items, rows: Rows) -> list[torch.Tensor]:
+        items = rows("entity_embedding", torch.cat([pos_items, neg_items]))
+        return [rows("user_embedding", users), *items.chunk(2)]
 
     def extra_loss(self) -> torch.Tensor | None:
         weight = self.extra["independence_weight"]

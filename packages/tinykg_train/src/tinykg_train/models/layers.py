@@ -85,11 +85,18 @@ class BiInteractionLayer(CompressedModule):
         self.block_bytes: int | None = None  # backward temporaries at once (compress.blocks)
 
     def forward(
-        self, ego, graph: CSRGraph, attention: torch.Tensor
+        self, ego, graph: CSRGraph, attention: torch.Tensor, num_targets: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`attention`: the graph's matrix entries (`graph.values(per-edge attention)`)."""
+        """`attention`: the graph's matrix entries (`graph.values(per-edge attention)`).
+
+        `num_targets` (a sampled step's layer block): `ego` holds the graph's sources, of which the
+        first `num_targets` are its targets, and only those get an output; backward recomputes the
+        neighbors from the stored sources."""
         c = self.compression
         neighbors = graph(ego, attention)
+        sources = None
+        if num_targets is not None:
+            sources, ego = ego, ego[:num_targets]
         out = ops.bi_interaction(
             ego,
             neighbors,
@@ -99,9 +106,10 @@ class BiInteractionLayer(CompressedModule):
             self.product_linear.bias,
             self.negative_slope,
             config=c,
-            # the neighbors are recomputed from the stored ego in backward, not stored
+            # the neighbors are recomputed from the stored ego (or sources) in backward, not stored
             neighbors_of=_Propagation(graph, attention),
             block_bytes=self.block_bytes,
+            sources=sources,
         )
         out = ops.dropout(out, self.dropout, self.training, config=c)
         return out, ops.l2_normalize(out, dim=-1, config=c)
@@ -124,13 +132,15 @@ class RelationalPathLayer(CompressedModule):
         self.compression = compression
         self.block_bytes: int | None = None  # per-edge temporaries at once (compress.blocks)
 
-    def relational_mean(self, entity, relation_embedding, edge_index, relation) -> torch.Tensor:
+    def relational_mean(
+        self, entity, relation_embedding, edge_index, relation, num_nodes: int | None = None
+    ) -> torch.Tensor:
         return relational_mean(
             entity,
             relation_embedding,
             edge_index,
             relation,
-            entity.shape[0],
+            entity.shape[0] if num_nodes is None else num_nodes,
             config=self.compression,
             block_bytes=self.block_bytes,
         )
@@ -143,13 +153,20 @@ class RelationalPathLayer(CompressedModule):
         return ops.mul(item_mean, intent_mix, config=c) + item_mean
 
     def forward(
-        self, user, entity, queries, intents, relation_embedding, graph
+        self, user, entity, queries, intents, relation_embedding, graph, num_entities=None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`graph` = (kg_index, kg_relation, ui_graph, ui_values) of this step."""
+        """`graph` = (kg_index, kg_relation, ui_graph, ui_values) of this step.
+
+        `num_entities` (a sampled step's layer block): only the first `num_entities` entities get an
+        output; `entity` holds the sources of the KG edges, the user-item graph reads its first
+        `ui_graph.num_sources`."""
         c = self.compression
         kg_index, kg_relation, ui_graph, ui_values = graph
-        user = self.user_update(user, entity, queries, intents, ui_graph, ui_values)
-        entity = self.relational_mean(entity, relation_embedding, kg_index, kg_relation)
+        items = entity if num_entities is None else entity[: ui_graph.num_sources]
+        user = self.user_update(user, items, queries, intents, ui_graph, ui_values)
+        entity = self.relational_mean(
+            entity, relation_embedding, kg_index, kg_relation, num_nodes=num_entities
+        )
         user = ops.dropout(user, self.dropout, self.training, config=c)
         entity = ops.dropout(entity, self.dropout, self.training, config=c)
         return ops.l2_normalize(user, dim=-1, config=c), ops.l2_normalize(entity, dim=-1, config=c)

@@ -18,6 +18,13 @@ copy and its dequantization. e * n then multiplies two functions
 of one rounded e; it stays unbiased when no node is its own neighbor (the rounding of different
 elements is independent), and a self-loop adds a bias of the order of that element's rounding
 variance.
+
+In a sampled step's layer block (`models.layers.BiInteractionLayer` with `num_targets`) the
+neighbors come from more nodes than get an output: the ego vectors are the first rows of the
+block's sources, and the neighbors a linear function of all of them. Given those `sources`, the
+Function stores them (usually held already: the previous layer's output, kept by its L2
+normalization, or the table rows of the first layer) in place of the ego vectors, and recomputes
+both factors from them in backward.
 """
 
 from __future__ import annotations
@@ -48,21 +55,22 @@ def _plain(ego, neighbors, sum_weight, sum_bias, product_weight, product_bias, s
 
 class _NeighborRows:
     """Rows of the neighbor vectors in backward: sliced from the decoded stored ones, or recomputed
-    from the decoded ego vectors with `neighbors_of` (all at once, or one block of rows at a time
-    when it has `rows(x, start, stop)` and there is more than one block)."""
+    from the decoded sources (the ego vectors, or a sampled block's sources) with `neighbors_of`
+    (all at once, or one block of rows at a time when it has `rows(x, start, stop)` and there is
+    more than one block)."""
 
-    def __init__(self, ego, stored, neighbors_of, width: int, blocked: bool) -> None:
-        self.ego, self.whole, self.neighbors_of = ego, None, neighbors_of
+    def __init__(self, sources, stored, neighbors_of, width: int, blocked: bool) -> None:
+        self.sources, self.whole, self.neighbors_of = sources, None, neighbors_of
         if neighbors_of is None:
             self.whole = decompress(stored).reshape(-1, width)
         elif not (blocked and hasattr(neighbors_of, "rows")):
             with torch.no_grad():
-                self.whole = neighbors_of(ego).reshape(-1, width)
+                self.whole = neighbors_of(sources).reshape(-1, width)
 
     def __call__(self, start: int, stop: int) -> torch.Tensor:
         if self.whole is not None:
             return self.whole[start:stop]
-        return self.neighbors_of.rows(self.ego, start, stop)
+        return self.neighbors_of.rows(self.sources, start, stop)
 
 
 def _input_grads_whole(
@@ -126,6 +134,7 @@ class CompressedBiInteraction(torch.autograd.Function):
         config: CompressionConfig,
         neighbors_of: Callable[[torch.Tensor], torch.Tensor] | None,
         block_bytes: int | None,
+        sources: torch.Tensor | None = None,
     ) -> torch.Tensor:
         summed = F.linear(ego + neighbors, sum_weight, sum_bias)
         product = F.linear(ego * neighbors, product_weight, product_bias)
@@ -133,7 +142,7 @@ class CompressedBiInteraction(torch.autograd.Function):
         out, sum_positive, product_positive = leaky_relu_pair(summed, product, slope)
         save(
             ctx,
-            compress(ego, config),
+            compress(ego if sources is None else sources, config),
             compress(neighbors, config) if neighbors_of is None else None,
             PlaneMask(sum_positive, summed.shape),
             PlaneMask(product_positive, product.shape),
@@ -142,6 +151,7 @@ class CompressedBiInteraction(torch.autograd.Function):
         )
         ctx.slope, ctx.shape, ctx.neighbors_of = slope, ego.shape, neighbors_of
         ctx.block_bytes = block_bytes
+        ctx.num_targets = None if sources is None else ego.shape[0]
         return out
 
     @staticmethod
@@ -156,12 +166,15 @@ class CompressedBiInteraction(torch.autograd.Function):
         )
         needs = ctx.needs_input_grad
         width, out_width = ctx.shape[-1], grad.shape[-1]
-        ego = decompress(stored_ego).reshape(-1, width)
+        sources = decompress(stored_ego).reshape(-1, width)  # the ego vectors, or a block's sources
+        ego = sources if ctx.num_targets is None else sources[: ctx.num_targets]
         grad = grad.reshape(-1, out_width)
         masks, slope = (sum_positive.packed, product_positive.packed), ctx.slope
         row_bytes = 3 * (width + out_width) * grad.element_size()
         blocks = list(spans(ego.shape[0], row_bytes, ctx.block_bytes, MIN_MATMUL_ROWS))
-        neighbors = _NeighborRows(ego, stored_neighbors, ctx.neighbors_of, width, len(blocks) > 1)
+        neighbors = _NeighborRows(
+            sources, stored_neighbors, ctx.neighbors_of, width, len(blocks) > 1
+        )
         grad_sum_weight = grad_sum_bias = grad_product_weight = grad_product_bias = None
         for which, combine, (weight_needed, bias_needed) in (
             (0, torch.add, needs[2:4]),
@@ -199,6 +212,7 @@ class CompressedBiInteraction(torch.autograd.Function):
             None,
             None,
             None,
+            None,
         )
 
 
@@ -214,6 +228,7 @@ def bi_interaction(
     config: CompressionConfig,
     neighbors_of: Callable[[torch.Tensor], torch.Tensor] | None = None,
     block_bytes: int | None = None,
+    sources: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """`LeakyReLU(W1 (ego + neighbors) + b1) + LeakyReLU(W2 (ego * neighbors) + b2)`; with
     `config.bits < 32` only the two factors (compressed) and two 1-bit masks are saved.
@@ -221,15 +236,26 @@ def bi_interaction(
     `neighbors_of`: the linear map with `neighbors == neighbors_of(ego)`, unchanged until backward
     (KGAT's attention-weighted propagation): then only `ego` is saved, and backward recomputes the
     neighbors from it (a block of rows at a time when it has `rows(x, start, stop)`).
-    `block_bytes` bounds the backward's per-block temporaries (default `compress.blocks`)."""
+    `block_bytes` bounds the backward's per-block temporaries (default `compress.blocks`).
+
+    `sources` (with `neighbors_of`): `ego` is `sources[:len(ego)]` and `neighbors ==
+    neighbors_of(sources)` (a sampled layer block): `sources` is saved instead of `ego`."""
     args = (ego, neighbors, sum_weight, sum_bias, product_weight, product_bias)
     if ego.shape != neighbors.shape:
         raise ValueError(
             f"bi_interaction needs ego and neighbor vectors of one shape (got {tuple(ego.shape)} "
             f"and {tuple(neighbors.shape)})"
         )
+    if sources is not None and neighbors_of is None:
+        raise ValueError("bi_interaction's 'sources' needs 'neighbors_of' (neighbors from them)")
     if not config.enabled:
         return _plain(*args, float(negative_slope))
     return apply_compressed(
-        CompressedBiInteraction, *args, float(negative_slope), config, neighbors_of, block_bytes
+        CompressedBiInteraction,
+        *args,
+        float(negative_slope),
+        config,
+        neighbors_of,
+        block_bytes,
+        sources,
     )
