@@ -34,10 +34,10 @@ TRIPLES = pl.DataFrame(
 def test_tokens_map_to_items_then_other_entities(tmp_path: Path, ext: str) -> None:
     data = read_plain(plain_dir(tmp_path, ext, INTERACTIONS, TRIPLES))
     assert data.names["items"].rows() == [(0, "song:a"), (1, "song:b")]
-    assert data.interactions.select("user", "item").rows() == [(0, 1), (1, 0), (0, 0)]
+    assert data.interactions.select("user", "item").collect().rows() == [(0, 1), (1, 0), (0, 0)]
     entity = {name: i for i, name in data.names["entities"].rows()}
     assert entity == {"song:a": 0, "song:b": 1, "music": 2, "rock": 3}
-    assert data.triples.rows() == [(0, 0, 3), (1, 0, 3), (3, 1, 2)]
+    assert data.triples.collect().rows() == [(0, 0, 3), (1, 0, 3), (3, 1, 2)]
     assert (data.n_users, data.n_items, data.n_entities, data.n_relations) == (2, 2, 4, 2)
 
 
@@ -45,7 +45,7 @@ def test_split_column_is_kept(tmp_path: Path) -> None:
     inter = pl.DataFrame({"user": [1, 1, 2, 2], "item": [5, 6, 5, 7], "split": ["train", "test", "train", "valid"]})
     raw = plain_dir(tmp_path / "raw", "csv", inter, pl.DataFrame({"head": [5], "relation": [0], "tail": [9]}))
     ds = KGDataset.open(ingest(raw, tmp_path / "out", progress=False).path)
-    assert ds.metadata["split"] == {"method": "given"}
+    assert ds.metadata["split"] == {"method": "given", "drop_unlinked_items": False}
     assert ds.metadata["n_interactions"] == {"train": 2, "valid": 1, "test": 1}
     assert ds.pairs("test").tolist() == [[0, 1]]  # user 1 -> 0; items 5, 6, 7 -> 0, 1, 2
 

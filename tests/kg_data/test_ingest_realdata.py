@@ -51,8 +51,10 @@ def test_lfm1m_quirks_are_counted(shared_data: Path, tmp_path: Path) -> None:
     meta = ingest(shared_data / "lfm1m-kgat", tmp_path / "lfm", progress=False).metadata
     assert meta["reported"]["user_lines_without_items"] == 183  # valid.txt lines holding a user alone
     assert meta["reported"]["entity_ids_beyond_entity_list"] == 0
-    assert meta["dropped"] == {"duplicate_interactions": 0, "interactions_repeated_across_splits": 0, "duplicate_triples": 0}
-    assert meta["split"] == {"method": "given"}
+    assert meta["dropped"] == {
+        "duplicate_interactions": 0, "interactions_repeated_across_splits": 0, "duplicate_triples": 0, "interactions_with_items_without_triples": 0,
+    }
+    assert meta["split"] == {"method": "given", "drop_unlinked_items": False}
 
 
 def test_music_kgcn_negatives_are_dropped(shared_data: Path, tmp_path: Path) -> None:
