@@ -60,8 +60,10 @@ class Block:
         return found["text"][0] if found.height else ""
 
 
-def read_blocks(path: Path, *, block_bytes: int = BLOCK_BYTES, progress: FileProgress | None = None) -> Iterator[Block]:
-    """The file in blocks of whole lines of about `block_bytes` each (a longer line makes a longer block)."""
+def read_blocks(path: Path, *, block_bytes: int | None = None, progress: FileProgress | None = None) -> Iterator[Block]:
+    """The file in blocks of whole lines of about `block_bytes` each (default `BLOCK_BYTES`, read at call
+    time; a longer line makes a longer block)."""
+    block_bytes = block_bytes or BLOCK_BYTES
     line = 1
     rest = b""
     with path.open("rb") as handle:
@@ -156,7 +158,7 @@ def iter_fields(
     what: str,
     hint: str = "",
     progress: FileProgress | None = None,
-    block_bytes: int = BLOCK_BYTES,
+    block_bytes: int | None = None,
 ) -> Iterator[pl.DataFrame]:
     """Rows of exactly `len(names)` whitespace-separated fields, one frame per block; blank lines are
     skipped.
@@ -264,7 +266,7 @@ class UserLines:
 
 
 def iter_user_lines(
-    path: Path, *, what: str, hint: str = "", progress: FileProgress | None = None, block_bytes: int = BLOCK_BYTES
+    path: Path, *, what: str, hint: str = "", progress: FileProgress | None = None, block_bytes: int | None = None
 ) -> Iterator[UserLines]:
     """KGAT-style lines `user item item ...`, one `UserLines` per block.
 
@@ -311,7 +313,7 @@ def iter_user_lines(
         raise IngestError(path, None, f"file holds no data rows; expected {what}")
 
 
-def read_user_lines(path: Path, *, what: str, hint: str = "", block_bytes: int = BLOCK_BYTES) -> tuple[pl.DataFrame, pl.Series, int]:
+def read_user_lines(path: Path, *, what: str, hint: str = "", block_bytes: int | None = None) -> tuple[pl.DataFrame, pl.Series, int]:
     """`iter_user_lines` of the whole file: ((user, item) rows, each line's user, lines with a user alone)."""
     parts = list(iter_user_lines(path, what=what, hint=hint, block_bytes=block_bytes))
     return pl.concat([p.pairs for p in parts]), pl.concat([p.users for p in parts]), sum(p.alone for p in parts)
@@ -345,7 +347,7 @@ def iter_delimited(
     header_line: int,
     *,
     progress: FileProgress | None = None,
-    block_bytes: int = BLOCK_BYTES,
+    block_bytes: int | None = None,
 ) -> Iterator[pl.DataFrame]:
     """The rows after the header (`read_header`), split on `separator`, one frame per block: the
     `names` columns as stripped strings (empty ones null) plus `line`. Every non-blank row must have
@@ -374,7 +376,7 @@ def iter_delimited(
             yield frame.drop("_n_fields")
 
 
-def read_delimited(path: Path, separator: str, *, what: str, block_bytes: int = BLOCK_BYTES) -> tuple[list[str], pl.DataFrame]:
+def read_delimited(path: Path, separator: str, *, what: str, block_bytes: int | None = None) -> tuple[list[str], pl.DataFrame]:
     """A table with a header line -> (column names, all its rows as in `iter_delimited`)."""
     names, header_line = read_header(path, separator, what=what)
     frames = list(iter_delimited(path, separator, names, header_line, block_bytes=block_bytes))
