@@ -18,6 +18,8 @@ What is counted where (metadata.json):
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import polars as pl
 
@@ -184,19 +186,23 @@ def _split_per_user(
     raw: pl.LazyFrame, options: SplitOptions, method: str, scratch: Scratch, linked: np.ndarray | None, dropped: dict[str, int]
 ) -> tuple[pl.LazyFrame, np.ndarray]:
     """Distinct pairs (the first occurrence of each), split per user by `method` (`kg_data.splits`);
-    rows come sorted by split, user, item. The random order is drawn per raw row in file order, so it
-    does not depend on how the rows fall into buckets."""
+    rows come sorted by split, user, item.
+
+    The random order draws one number per distinct pair, in file order, from one stream (as
+    `splits.split_per_user` does in memory), so it depends neither on how the rows fall into buckets
+    nor on the repeats: the keys are drawn while the rows are partitioned, and when some pairs repeat,
+    a first pass over the buckets finds the repeated rows and the partition is redone without them.
+    """
+    frame = raw.select("user", "item", "timestamp")
     if method == "random":
-        draw = random_keys(options.seed)
-
-        def decorate(batch: pl.DataFrame) -> pl.DataFrame:
-            return batch.with_columns(_key=pl.Series(draw(batch.height)))
+        buckets = range_buckets(frame, "user", scratch, decorate=_random_keys(options.seed, None))
+        repeated = _repeated_rows(buckets)
+        if len(repeated):
+            for bucket in buckets:
+                bucket.remove()
+            buckets = range_buckets(frame, "user", scratch, decorate=_random_keys(options.seed, repeated))
     else:
-
-        def decorate(batch: pl.DataFrame) -> pl.DataFrame:
-            return batch.with_columns(_key=pl.col("timestamp"))
-
-    buckets = range_buckets(raw.select("user", "item", "timestamp"), "user", scratch, decorate=decorate)
+        buckets = range_buckets(frame, "user", scratch, decorate=lambda batch: batch.with_columns(_key=pl.col("timestamp")))
     parts = [scratch.table(f"interactions-{name}") for name in SPLITS]
     duplicates = unlinked = 0
     counts = np.zeros(len(SPLITS), dtype=np.int64)
@@ -213,6 +219,41 @@ def _split_per_user(
     dropped["duplicate_interactions"] = duplicates
     dropped["_unlinked"] = unlinked
     return _concat_by_rank(parts), counts
+
+
+def _random_keys(seed: int, repeated: np.ndarray | None) -> Callable[[pl.DataFrame], pl.DataFrame]:
+    """A `range_buckets` decoration adding `_key`: the next numbers of the seed's stream for the rows
+    of each batch, skipping the rows in `repeated` (sorted `_row` numbers of repeated pairs; their key
+    is never used)."""
+    draw = random_keys(seed)
+
+    def decorate(batch: pl.DataFrame) -> pl.DataFrame:
+        if repeated is None:
+            return batch.with_columns(_key=pl.Series(draw(batch.height)))
+        skip = _is_in_sorted(batch["_row"].to_numpy(), repeated)
+        keys = np.full(batch.height, np.nan)
+        keys[~skip] = draw(int((~skip).sum()))
+        return batch.with_columns(_key=pl.Series(keys))
+
+    return decorate
+
+
+def _repeated_rows(buckets: list) -> np.ndarray:
+    """The sorted `_row` numbers of rows that repeat an earlier (user, item) pair (8 bytes per repeat)."""
+    found = []
+    for bucket in buckets:
+        frame = bucket.collect().select("_row", _pair=_PAIR_KEY)
+        if frame["_pair"].n_unique() != frame.height:
+            found.append(frame.filter(~pl.col("_pair").is_first_distinct())["_row"].to_numpy())
+    return np.sort(np.concatenate(found)) if found else np.empty(0, dtype=np.int64)
+
+
+def _is_in_sorted(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    """A mask of the `values` found in the sorted array `sorted_set`."""
+    if len(sorted_set) == 0:
+        return np.zeros(len(values), dtype=bool)
+    at = np.searchsorted(sorted_set, values)
+    return sorted_set[np.minimum(at, len(sorted_set) - 1)] == values
 
 
 def _drop_unlinked(frame: pl.DataFrame, linked: np.ndarray | None) -> tuple[pl.DataFrame, int]:
@@ -272,10 +313,8 @@ def _distinct_triples(triples: pl.LazyFrame, scratch: Scratch, n_entities: int, 
     kept = scratch.table("triples-distinct")
     offset = 0
     for batch in iter_batches(frame, _BATCH_ROWS):
-        positions = np.arange(offset, offset + batch.height)
+        repeated = _is_in_sorted(np.arange(offset, offset + batch.height), drop)
         offset += batch.height
-        found = np.searchsorted(drop, positions)
-        repeated = (found < len(drop)) & (drop[np.minimum(found, len(drop) - 1)] == positions)
         kept.write(batch.filter(pl.Series(~repeated)))
     return kept.lazy(), rows - len(drop)
 
