@@ -76,6 +76,20 @@ def test_parquet_errors_name_the_row(tmp_path: Path) -> None:
         read_plain(raw)
 
 
+def test_parquet_read_in_small_batches_counts_rows_across_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kg_data.formats import triples as triples_module
+
+    users = [f"u{i % 7}" for i in range(20)]
+    inter = pl.DataFrame({"user": users, "item": [f"i{i % 5}" for i in range(20)], "timestamp": [float(i) for i in range(20)]})
+    whole = read_plain(plain_dir(tmp_path / "ok", "parquet", inter, TRIPLES))
+    monkeypatch.setattr(triples_module, "_PARQUET_BATCH_ROWS", 3)
+    batched = read_plain(plain_dir(tmp_path / "ok3", "parquet", inter, TRIPLES))
+    assert batched.interactions.collect().equals(whole.interactions.collect())
+    bad = inter.with_columns(timestamp=pl.Series([str(float(i)) if i != 16 else "soon" for i in range(20)]))
+    with pytest.raises(IngestError, match=r"interactions.parquet: row 17: timestamp 'soon' is not a number"):
+        read_plain(plain_dir(tmp_path / "bad", "parquet", bad, TRIPLES))
+
+
 def test_missing_column_and_missing_table_are_refused(tmp_path: Path) -> None:
     raw = plain_dir(tmp_path / "a", "csv", INTERACTIONS.rename({"item": "thing"}), TRIPLES)
     with pytest.raises(IngestError, match=r"interactions.csv:1: no column 'item'"):

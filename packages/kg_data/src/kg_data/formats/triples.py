@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from kg_data.errors import IngestError
 from kg_data.formats._text import check_text_file, first_null, iter_delimited, read_header
@@ -82,12 +84,17 @@ def _parquet_batches(path: Path) -> tuple[list[str], Iterator[pl.DataFrame]]:
             casts.append(pl.col(name).cast(pl.Float64))
         else:
             casts.append(pl.col(name).cast(pl.String))
-    rows = pl.scan_parquet(path).select(casts).with_row_index("line", offset=1).with_columns(pl.col("line").cast(pl.Int64))
 
     def batches() -> Iterator[pl.DataFrame]:
+        """pyarrow's batch reader: it reads one batch when asked (Polars' `collect_batches` runs
+        ahead of a slow consumer and buffers)."""
+        line = 1
         try:
-            yield from rows.collect_batches(chunk_size=_PARQUET_BATCH_ROWS)
-        except (pl.exceptions.PolarsError, OSError) as exc:
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=_PARQUET_BATCH_ROWS):
+                frame = pl.from_arrow(batch).select(casts)  # type: ignore[union-attr]
+                yield frame.with_columns(line=pl.int_range(line, line + frame.height, dtype=pl.Int64))
+                line += frame.height
+        except (pl.exceptions.PolarsError, pa.ArrowException, OSError) as exc:
             raise IngestError(path, None, f"not a readable Parquet file ({str(exc).splitlines()[0][:80]})") from exc
 
     return list(schema.names()), batches()
