@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from kg_data import ingest
@@ -29,10 +30,10 @@ def kgat_dir(root: Path, **files: str) -> Path:
 def test_minimal_dir_reads_with_given_splits(tmp_path: Path) -> None:
     data = read_kgat(kgat_dir(tmp_path))
     assert data.has_splits
-    assert data.interactions.select("user", "item", "split").rows() == [
-        (0, 0, "train"), (0, 1, "train"), (1, 1, "train"), (1, 2, "train"), (0, 2, "test"), (1, 0, "test"),
+    assert data.interactions.select("user", "item", "split").collect().rows() == [
+        (0, 0, 0), (0, 1, 0), (1, 1, 0), (1, 2, 0), (0, 2, 2), (1, 0, 2),  # split codes: 0 train, 2 test
     ]
-    assert data.triples.rows() == [(0, 0, 3), (1, 1, 3), (2, 0, 4)]
+    assert data.triples.collect().rows() == [(0, 0, 3), (1, 1, 3), (2, 0, 4)]
 
 
 def test_published_quirks_are_accepted_and_counted(tmp_path: Path) -> None:
@@ -118,6 +119,6 @@ def test_synthetic_dir_round_trips(tiny_raw_dir: Path) -> None:
     data = read_kgat(tiny_raw_dir)
     lines = (tiny_raw_dir / "train.txt").read_text().splitlines()
     expected = sum(len(line.split()) - 1 for line in lines)
-    assert data.interactions.filter(data.interactions["split"] == "train").height == expected
-    assert data.triples.height == len((tiny_raw_dir / "kg_final.txt").read_text().splitlines())
+    assert data.interactions.filter(pl.col("split") == 0).collect().height == expected
+    assert data.triples.collect().height == len((tiny_raw_dir / "kg_final.txt").read_text().splitlines())
     assert data.n_entities == 900 and data.n_items == 300 and data.n_relations == 6

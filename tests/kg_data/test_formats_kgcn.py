@@ -23,7 +23,7 @@ def kgcn_dir(root: Path, ratings: str, kg: str = "0\t0\t5\n1\t1\t5\n2\t0\t6\n", 
 
 def test_negatives_are_dropped_and_counted(tmp_path: Path) -> None:
     data = read_kgcn(kgcn_dir(tmp_path, "0\t1\t1\n0\t2\t0\n1\t0\t1\n1\t3\t0\n"))
-    assert data.interactions.select("user", "item").rows() == [(0, 1), (1, 0)]
+    assert data.interactions.select("user", "item").collect().rows() == [(0, 1), (1, 0)]
     assert data.dropped == {"negative_samples": 2}
     assert data.n_items == 4  # item 3 is seen only in a negative, but KGCN numbered it
     assert not data.has_splits

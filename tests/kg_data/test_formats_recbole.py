@@ -36,12 +36,12 @@ def test_tokens_become_dense_ids_and_linked_items_are_their_entities(tmp_path: P
     # users u3 < u7 (lexicographic), items 10 < 20 < 30 (numeric)
     assert data.names["users"].rows() == [(0, "u3"), (1, "u7")]
     assert data.names["items"].rows() == [(0, "10"), (1, "20"), (2, "30")]
-    assert data.interactions.select("user", "item").rows() == [(1, 1), (1, 0), (0, 2)]
+    assert data.interactions.select("user", "item").collect().rows() == [(1, 1), (1, 0), (0, 2)]
     # m.a is item 10 (id 0), m.b item 30 (id 2); m.art, m.drama follow after the 3 items
     entity = dict((name, i) for i, name in data.names["entities"].rows())
     assert entity == {"m.a": 0, "m.b": 2, "m.art": 3, "m.drama": 4}
     relation = dict((name, i) for i, name in data.names["relations"].rows())
-    assert data.triples.rows() == [
+    assert data.triples.collect().rows() == [
         (0, relation["film.genre"], 4),
         (2, relation["film.genre"], 4),
         (4, relation["genre.parent"], 3),

@@ -155,3 +155,42 @@ def test_large_file_parses_like_python_across_streaming_chunks(tmp_path: Path) -
     assert pairs.rows() == expected
     assert users.to_list() == list(range(40_000))
     assert alone == sum(1 for line in lines if len(line.split()) == 1)
+
+
+def quirky_lines(n: int) -> list[str]:
+    """`n` lines of `a b c` ids with blank lines, tabs and trailing spaces sprinkled in."""
+    rng = np.random.default_rng(1)
+    lines = []
+    for i in range(n):
+        a, b, c = rng.integers(0, 10_000, 3)
+        lines.append("" if i % 17 == 5 else (f"{a}\t{b}\t{c}" if i % 3 else f"{a}  {b} {c} "))
+    return lines
+
+
+@pytest.mark.parametrize("block_bytes", [7, 64, 1000])
+def test_small_blocks_parse_like_one_block(tmp_path: Path, block_bytes: int) -> None:
+    """Blocks cut anywhere (even inside a line, which then grows the block) give the same rows and line numbers."""
+    fields = write(tmp_path / "kg.txt", "\r\n".join(quirky_lines(500)) + "\r\n")
+    whole = read_fields(fields, ["h", "r", "t"], what="triples", block_bytes=1 << 20)
+    assert read_fields(fields, ["h", "r", "t"], what="triples", block_bytes=block_bytes).equals(whole)
+    assert whole["line"].to_list() == [i + 1 for i, line in enumerate(quirky_lines(500)) if line]
+    users = write(tmp_path / "train.txt", "\n".join(f"{u} " + " ".join(map(str, range(u % 5))) for u in range(300)) + "\n")
+    pairs, order, alone = read_user_lines(users, what="interactions", block_bytes=block_bytes)
+    assert pairs.rows() == [(u, i) for u in range(300) for i in range(u % 5)] and order.to_list() == list(range(300)) and alone == 60
+    table = write(tmp_path / "t.tsv", "user\titem\n" + "".join(f"u{i}\t{i % 9}\n" for i in range(400)))
+    assert read_delimited(table, "\t", what="t", block_bytes=block_bytes)[1].equals(read_delimited(table, "\t", what="t")[1])
+
+
+@pytest.mark.parametrize("block_bytes", [64, 1000])
+def test_a_bad_row_in_a_later_block_names_its_own_line(tmp_path: Path, block_bytes: int) -> None:
+    lines = quirky_lines(400)
+    lines[333] = "12 7 -4"
+    path = write(tmp_path / "kg_final.txt", "\n".join(lines) + "\n")
+    with pytest.raises(IngestError, match=r"kg_final.txt:334: t is negative \(-4\)"):
+        read_fields(path, ["h", "r", "t"], what="triples", block_bytes=block_bytes)
+    users = write(tmp_path / "train.txt", "".join(f"{u} 1 2\n" for u in range(300)) + "300 1 x9\n")
+    with pytest.raises(IngestError, match=r"train.txt:301: item \(field 3\) 'x9' is not an integer id"):
+        read_user_lines(users, what="interactions", block_bytes=block_bytes)
+    table = write(tmp_path / "t.tsv", "user\titem\n" + "".join(f"u{i}\t{i}\n" for i in range(200)) + "u\t1\t2\n")
+    with pytest.raises(IngestError, match=r"t.tsv:202: expected 2 tab-separated fields, found 3"):
+        read_delimited(table, "\t", what="t", block_bytes=block_bytes)

@@ -34,10 +34,10 @@ TRIPLES = pl.DataFrame(
 def test_tokens_map_to_items_then_other_entities(tmp_path: Path, ext: str) -> None:
     data = read_plain(plain_dir(tmp_path, ext, INTERACTIONS, TRIPLES))
     assert data.names["items"].rows() == [(0, "song:a"), (1, "song:b")]
-    assert data.interactions.select("user", "item").rows() == [(0, 1), (1, 0), (0, 0)]
+    assert data.interactions.select("user", "item").collect().rows() == [(0, 1), (1, 0), (0, 0)]
     entity = {name: i for i, name in data.names["entities"].rows()}
     assert entity == {"song:a": 0, "song:b": 1, "music": 2, "rock": 3}
-    assert data.triples.rows() == [(0, 0, 3), (1, 0, 3), (3, 1, 2)]
+    assert data.triples.collect().rows() == [(0, 0, 3), (1, 0, 3), (3, 1, 2)]
     assert (data.n_users, data.n_items, data.n_entities, data.n_relations) == (2, 2, 4, 2)
 
 
@@ -45,7 +45,7 @@ def test_split_column_is_kept(tmp_path: Path) -> None:
     inter = pl.DataFrame({"user": [1, 1, 2, 2], "item": [5, 6, 5, 7], "split": ["train", "test", "train", "valid"]})
     raw = plain_dir(tmp_path / "raw", "csv", inter, pl.DataFrame({"head": [5], "relation": [0], "tail": [9]}))
     ds = KGDataset.open(ingest(raw, tmp_path / "out", progress=False).path)
-    assert ds.metadata["split"] == {"method": "given"}
+    assert ds.metadata["split"] == {"method": "given", "drop_unlinked_items": False}
     assert ds.metadata["n_interactions"] == {"train": 2, "valid": 1, "test": 1}
     assert ds.pairs("test").tolist() == [[0, 1]]  # user 1 -> 0; items 5, 6, 7 -> 0, 1, 2
 
@@ -74,6 +74,20 @@ def test_parquet_errors_name_the_row(tmp_path: Path) -> None:
     raw = plain_dir(tmp_path, "parquet", inter, TRIPLES)
     with pytest.raises(IngestError, match=r"interactions.parquet: row 2: user is empty"):
         read_plain(raw)
+
+
+def test_parquet_read_in_small_batches_counts_rows_across_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kg_data.formats import triples as triples_module
+
+    users = [f"u{i % 7}" for i in range(20)]
+    inter = pl.DataFrame({"user": users, "item": [f"i{i % 5}" for i in range(20)], "timestamp": [float(i) for i in range(20)]})
+    whole = read_plain(plain_dir(tmp_path / "ok", "parquet", inter, TRIPLES))
+    monkeypatch.setattr(triples_module, "_PARQUET_BATCH_ROWS", 3)
+    batched = read_plain(plain_dir(tmp_path / "ok3", "parquet", inter, TRIPLES))
+    assert batched.interactions.collect().equals(whole.interactions.collect())
+    bad = inter.with_columns(timestamp=pl.Series([str(float(i)) if i != 16 else "soon" for i in range(20)]))
+    with pytest.raises(IngestError, match=r"interactions.parquet: row 17: timestamp 'soon' is not a number"):
+        read_plain(plain_dir(tmp_path / "bad", "parquet", bad, TRIPLES))
 
 
 def test_missing_column_and_missing_table_are_refused(tmp_path: Path) -> None:

@@ -157,7 +157,14 @@ def test_progress_bar_goes_to_stderr(tmp_path: Path, tiny_raw_dir: Path, capsys:
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({"format": "csv"}, "unknown format 'csv'"), ({"split": (0.9, 0.2, 0.0)}, "'split' shares need to sum to 1")],
+    [
+        ({"format": "csv"}, "unknown format 'csv'"),
+        ({"split_ratios": (0.9, 0.2, 0.0)}, "split ratios need to sum to 1"),
+        ({"split": "sideways"}, "split method 'sideways' is unknown; choose one of auto, random, time"),
+        ({"split": (0.8, 0.1, 0.1)}, "give the shares as split ratios"),
+        ({"split_rounding": "up"}, "split rounding 'up' is unknown; choose half-up"),
+        ({"drop_unlinked_items": "yes"}, "'drop_unlinked_items' needs to be True or False"),
+    ],
 )
 def test_bad_arguments_are_refused_before_reading(tmp_path: Path, kwargs: dict, message: str) -> None:
     with pytest.raises(KGDataError, match=message):

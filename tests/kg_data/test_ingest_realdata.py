@@ -51,8 +51,10 @@ def test_lfm1m_quirks_are_counted(shared_data: Path, tmp_path: Path) -> None:
     meta = ingest(shared_data / "lfm1m-kgat", tmp_path / "lfm", progress=False).metadata
     assert meta["reported"]["user_lines_without_items"] == 183  # valid.txt lines holding a user alone
     assert meta["reported"]["entity_ids_beyond_entity_list"] == 0
-    assert meta["dropped"] == {"duplicate_interactions": 0, "interactions_repeated_across_splits": 0, "duplicate_triples": 0}
-    assert meta["split"] == {"method": "given"}
+    assert meta["dropped"] == {
+        "duplicate_interactions": 0, "interactions_repeated_across_splits": 0, "duplicate_triples": 0, "interactions_with_items_without_triples": 0,
+    }
+    assert meta["split"] == {"method": "given", "drop_unlinked_items": False}
 
 
 def test_music_kgcn_negatives_are_dropped(shared_data: Path, tmp_path: Path) -> None:
@@ -65,3 +67,20 @@ def test_ml100k_split_is_by_timestamp(shared_data: Path, tmp_path: Path) -> None
     meta = ingest(shared_data / "ml-100k-recbole", tmp_path / "ml", progress=False).metadata
     assert meta["split"]["method"] == "per_user_by_timestamp"
     assert meta["n_interactions"] == {"train": 79926, "valid": 10037, "test": 10037}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_streaming_in_small_pieces_writes_the_same_tables(shared_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """64 KiB text blocks and ~100k-row buckets on disk give the tables of one block and one bucket."""
+    import polars as pl
+
+    from kg_data import buckets
+    from kg_data.formats import _text
+
+    whole = ingest(shared_data / name, tmp_path / "whole", progress=False)
+    monkeypatch.setattr(_text, "BLOCK_BYTES", 64 << 10)
+    monkeypatch.setattr(buckets, "ROWS_PER_BUCKET", 100_000)
+    pieces = ingest(shared_data / name, tmp_path / "pieces", progress=False)
+    assert pieces.metadata == whole.metadata
+    for table in sorted(p.name for p in whole.path.glob("*.parquet")):
+        assert pl.read_parquet(pieces.path / table).equals(pl.read_parquet(whole.path / table)), table

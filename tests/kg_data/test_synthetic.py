@@ -35,17 +35,18 @@ def test_same_seed_same_files_other_seed_other_files(tmp_path: Path) -> None:
 
 def test_sizes_and_id_ranges(medium: Path) -> None:
     data = read_kgat(medium)
+    interactions, triples = data.interactions.collect(), data.triples.collect()
     assert (data.n_users, data.n_items, data.n_entities, data.n_relations) == (2000, 1500, 4500, 5)
-    assert data.interactions["item"].max() < 1500
-    heads, tails = data.triples["head"].to_numpy(), data.triples["tail"].to_numpy()
+    assert interactions["item"].max() < 1500
+    heads, tails = triples["head"].to_numpy(), triples["tail"].to_numpy()
     assert max(heads.max(), tails.max()) < 4500
-    assert data.triples.unique().height == data.triples.height  # written without duplicates
-    mean_degree = data.interactions.height / 2000
+    assert triples.unique().height == triples.height  # written without duplicates
+    mean_degree = interactions.height / 2000
     assert 0.9 * SIZES["mean_user_degree"] < mean_degree <= SIZES["mean_user_degree"]
 
 
 def test_degrees_are_heavy_tailed(medium: Path) -> None:
-    pairs = read_kgat(medium).interactions
+    pairs = read_kgat(medium).interactions.collect()
     user_degree = np.bincount(pairs["user"].to_numpy())
     item_degree = np.bincount(pairs["item"].to_numpy(), minlength=1500)
     assert user_degree.max() > 8 * np.median(user_degree)
@@ -60,12 +61,13 @@ def shares_tail(items_a: np.ndarray, items_b: np.ndarray, tails: list[set[int]])
 
 def test_kg_tails_follow_user_tastes(medium: Path) -> None:
     data = read_kgat(medium)
-    triples = data.triples.filter(data.triples["head"] < 1500)  # item -> tail facts
+    interactions, triples = data.interactions.collect(), data.triples.collect()
+    triples = triples.filter(triples["head"] < 1500)  # item -> tail facts
     tails: list[set[int]] = [set() for _ in range(1500)]
     for head, tail in triples.select("head", "tail").iter_rows():
         tails[head].add(tail)
     rng = np.random.default_rng(0)
-    by_user = data.interactions.group_by("user").agg("item").sort("user")
+    by_user = interactions.group_by("user").agg("item").sort("user")
     same_a, same_b = [], []
     for items in by_user["item"].to_list():
         if len(items) >= 2:
@@ -81,7 +83,8 @@ def test_kg_tails_follow_user_tastes(medium: Path) -> None:
 
 def test_every_user_keeps_a_training_item_and_some_stand_alone_in_test(medium: Path) -> None:
     data = read_kgat(medium)
-    train_users = data.interactions.filter(data.interactions["split"] == "train")["user"].unique()
+    interactions = data.interactions.collect()
+    train_users = interactions.filter(interactions["split"] == 0)["user"].unique()  # split code 0: train
     assert train_users.len() == 2000
     assert data.reported["user_lines_without_items"] > 0  # users with few items have none in valid/test
 

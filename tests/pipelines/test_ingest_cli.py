@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -86,7 +87,7 @@ def test_existing_out_needs_overwrite(tmp_path: Path, capsys: pytest.CaptureFixt
 
 def test_success_prints_the_stats_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     raw = make_dir(tmp_path / "raw", {**KGCN, "ratings_final.txt": "".join(f"{u}\t{i}\t{1 - i % 2}\n" for u in range(5) for i in range(40))})
-    code, out, err = run([str(raw), "--out", str(tmp_path / "ds"), "--seed", "3", "--split", "0.6,0.2,0.2"], capsys)
+    code, out, err = run([str(raw), "--out", str(tmp_path / "ds"), "--seed", "3", "--split-ratios", "0.6,0.2,0.2"], capsys)
     assert code == 0, err
     table = dict(line.rsplit(None, 1) for line in out.splitlines()[1:])
     table = {key.strip(): value for key, value in table.items()}
@@ -95,24 +96,54 @@ def test_success_prints_the_stats_table(tmp_path: Path, capsys: pytest.CaptureFi
     assert (table["interactions train"], table["interactions valid"], table["interactions test"]) == ("60", "20", "20")
     assert table["dropped: negative_samples"] == "100"
     assert table["split"] == "per_user_random"
+    assert table["split ratios"] == "0.6/0.2/0.2" and table["split rounding"] == "half-up"
+    assert int(table["peak RSS (MiB)"].replace(",", "")) > 10  # this process's peak: Python, Polars, the data
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
-    [(["--split", "0.8,0.1"], "'split' needs to be three numbers"), (["--split", "a,b,c"], "expected three numbers")],
+    [
+        (["--split-ratios", "0.8,0.1"], "error: split ratios need to be three numbers >= 0 like 0.8,0.1,0.1 (got (0.8, 0.1))"),
+        (["--split-ratios", "a,b,c"], "error: --split-ratios needs three numbers like 0.8,0.1,0.1 (got 'a,b,c')"),
+        (["--split-ratios", "0.5,0.4,0.4"], "error: split ratios need to sum to 1"),
+        (["--split", "sideways"], "error: split method 'sideways' is unknown; choose one of auto, random, time"),
+        (["--split", "0.8,0.1,0.1"], "give the shares as split ratios (--split-ratios 0.8,0.1,0.1)"),
+        (["--split-rounding", "up"], "error: split rounding 'up' is unknown; choose half-up (ingest's) or down (RecBole's)"),
+        (["--split", "time"], "error: split method 'time' needs a timestamp on every interaction, but 6 of 6 have none (kgat data)"),
+    ],
 )
-def test_bad_split_argument_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
+def test_bad_split_argument_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
     raw = make_dir(tmp_path / "raw", KGAT)
-    try:
-        code, _, err = run([str(raw), "--out", str(tmp_path / "ds"), *args], capsys)
-    except SystemExit as exc:  # argparse rejects a value its type function refused
-        code, err = exc.code, capsys.readouterr().err
-    assert code == 2 and message in err
-    assert not (tmp_path / "ds").exists()
+    code, out, err = run([str(raw), "--out", str(tmp_path / "ds"), *args], capsys)
+    assert code == 2 and out == ""
+    assert len(err.splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "ds").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["raw"]
+
+
+def test_split_flags_reach_metadata(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """KGAT data keeps its own splits by default; --split random re-splits it per user, RecBole's way."""
+    ratings = "".join(f"{u}\t{i}\t1\n" for u in range(4) for i in range(u * 3, u * 3 + 3 + u))  # degrees 3, 4, 5, 6
+    raw = make_dir(tmp_path / "raw", {**KGCN, "ratings_final.txt": ratings, "kg_final.txt": "0\t0\t20\n4\t0\t20\n8\t1\t21\n"})
+    args = ["--split", "random", "--split-ratios", "0.6,0.2,0.2", "--split-rounding", "down", "--seed", "5", "--drop-unlinked-items"]
+    code, out, err = run([str(raw), "--out", str(tmp_path / "ds"), *args], capsys)
+    assert code == 0, err
+    meta = json.loads((tmp_path / "ds" / "metadata.json").read_text())
+    assert meta["split"] == {
+        "method": "per_user_random", "requested": "random", "ratios": {"train": 0.6, "valid": 0.2, "test": 0.2},
+        "rounding": "down", "seed": 5, "drop_unlinked_items": True,
+    }
+    # linked items (in a triple): 0, 4, 8; user 0 has 0..2, user 1 3..6, user 2 6..10, user 3 9..14
+    assert meta["dropped"]["interactions_with_items_without_triples"] == 18 - 3
+    assert "dropped: interactions_with_items_without_triples" in out
+    given = make_dir(tmp_path / "kgat", KGAT)
+    assert run([str(given), "--out", str(tmp_path / "k1")], capsys)[0] == 0
+    assert json.loads((tmp_path / "k1" / "metadata.json").read_text())["split"]["method"] == "given"
+    assert run([str(given), "--out", str(tmp_path / "k2"), "--split", "random"], capsys)[0] == 0
+    assert json.loads((tmp_path / "k2" / "metadata.json").read_text())["split"]["method"] == "per_user_random"
 
 
 def test_module_runs_as_a_script(tmp_path: Path, repo_root: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(repo_root)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(repo_root), os.environ.get("PYTHONPATH", "")) if p)}
     helped = subprocess.run([sys.executable, "-m", "pipelines.ingest", "--help"], capture_output=True, text=True, cwd=repo_root, env=env)
     assert helped.returncode == 0 and "--overwrite" in helped.stdout
     failed = subprocess.run(

@@ -43,16 +43,18 @@ ID_TABLES = {
 class RawData:
     """What a format reader extracted, before deduplication and splitting.
 
-    `interactions`: `user`, `item` (Int64, dense ids), `split` (String, null where the raw data has no
-    splits), `timestamp` (Float64, null where unknown). `triples`: `head`, `relation`, `tail` (Int64;
-    items are entities `0..n_items-1`). The `n_*` fields are lower bounds on the id spaces from side
-    files (list files, link files); ingest takes the larger of them and the ids actually seen.
-    `names`: for "users", "items", "entities", "relations", an (`id` Int64, `name` String) frame.
+    `interactions`: `user`, `item` (integer dense ids), `split` (Int8 codes 0/1/2 = `SPLITS`
+    train/valid/test, null where the raw data has no splits), `timestamp` (Float64, null where unknown). `triples`: `head`, `relation`, `tail` (integer
+    ids; items are entities `0..n_items-1`). Both are lazy frames, usually scans of scratch tables
+    (`kg_data.staging`), so nothing the size of the input needs to stay in memory. The `n_*` fields are
+    lower bounds on the id spaces from side files (list files, link files); ingest takes the larger of
+    them and the ids actually seen. `names`: for "users", "items", "entities", "relations", an (`id`
+    Int64, `name` String) frame.
     """
 
     source_format: str
-    interactions: pl.DataFrame
-    triples: pl.DataFrame
+    interactions: pl.LazyFrame
+    triples: pl.LazyFrame
     sources: list[Path]
     n_users: int = 0
     n_items: int = 0
@@ -65,5 +67,6 @@ class RawData:
     @property
     def has_splits(self) -> bool:
         """True when every interaction came with its split (KGAT files, a `split` column)."""
-        column = self.interactions["split"]
-        return self.interactions.height > 0 and column.null_count() == 0
+        counts = self.interactions.select(pl.len(), pl.col("split").null_count()).collect(engine="streaming")
+        rows, missing = counts.row(0)
+        return rows > 0 and missing == 0

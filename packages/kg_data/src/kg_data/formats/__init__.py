@@ -12,8 +12,9 @@ from kg_data.formats.recbole import read_recbole
 from kg_data.formats.triples import EXTENSIONS, read_plain
 from kg_data.progress import FileProgress
 from kg_data.schema import RawData
+from kg_data.staging import Scratch
 
-Reader = Callable[[Path, FileProgress], RawData]
+Reader = Callable[[Path, FileProgress, Scratch], RawData]
 
 READERS: dict[str, Reader] = {
     "kgat": read_kgat,
@@ -55,11 +56,11 @@ def detect_format(raw_dir: Path) -> str:
     return found[0]
 
 
-def read_raw(raw_dir: Path, fmt: str, progress: FileProgress) -> RawData:
-    """Run the reader of `fmt` ("auto" detects it) over `raw_dir`."""
+def read_raw(raw_dir: Path, fmt: str, progress: FileProgress, scratch: Scratch | None = None) -> RawData:
+    """Run the reader of `fmt` ("auto" detects it) over `raw_dir`; what it parses goes to `scratch`."""
     if fmt == "auto":
         fmt = detect_format(raw_dir)
     reader = READERS.get(fmt)
     if reader is None:
         raise IngestError(raw_dir, None, f"unknown format {fmt!r}; choose one of auto, {', '.join(FORMATS)}")
-    return reader(raw_dir, progress)
+    return reader(raw_dir, progress, scratch or Scratch())

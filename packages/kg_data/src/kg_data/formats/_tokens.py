@@ -7,7 +7,11 @@ not depend on the order of rows in the file, so re-ordering a file does not renu
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import polars as pl
+
+FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
 
 
 def dense_ids(tokens: pl.Series, offset: int = 0) -> pl.DataFrame:
@@ -23,9 +27,18 @@ def dense_ids(tokens: pl.Series, offset: int = 0) -> pl.DataFrame:
     )
 
 
-def to_ids(frame: pl.DataFrame, column: str, ids: pl.DataFrame) -> pl.DataFrame:
-    """`frame` with its token column `column` replaced, in place, by the tokens' ids (null if unknown)."""
+def distinct_tokens(frame: pl.LazyFrame, column: str) -> pl.Series:
+    """The distinct non-null tokens of a column (a streaming `unique`: memory grows with the number of
+    distinct tokens, the size of the id map, not with the rows)."""
+    return frame.select(pl.col(column).cast(pl.String)).drop_nulls().unique().collect(engine="streaming")[column]
+
+
+def to_ids(frame: FrameT, column: str, ids: pl.DataFrame) -> FrameT:
+    """`frame` with its token column `column` replaced, in place, by the tokens' ids (null if unknown).
+    Works on a lazy frame too: the id map is the join's build side, the rows stream past it."""
     mapping = ids.select(_token="token", _id="id")
+    if isinstance(frame, pl.LazyFrame):
+        mapping = mapping.lazy()
     return (
         frame.with_columns(_token=pl.col(column).cast(pl.String))
         .join(mapping, on="_token", how="left", maintain_order="left")

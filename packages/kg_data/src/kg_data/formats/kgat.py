@@ -19,15 +19,16 @@ import polars as pl
 from kg_data.errors import IngestError
 from kg_data.formats._text import (
     check_text_file,
+    iter_fields,
+    iter_user_lines,
     normalized_text,
-    read_fields,
     read_line,
-    read_user_lines,
     scan_lines,
     valid_id,
 )
 from kg_data.progress import FileProgress, NoProgress
-from kg_data.schema import RawData
+from kg_data.schema import SPLITS, RawData
+from kg_data.staging import Scratch
 
 REQUIRED = ("train.txt", "test.txt", "kg_final.txt")
 SPLIT_FILES = {"train": "train.txt", "valid": "valid.txt", "test": "test.txt"}
@@ -35,43 +36,45 @@ LIST_FILES = {"users": "user_list.txt", "items": "item_list.txt", "entities": "e
 _HINT = "; KGAT files hold non-negative integer ids separated by spaces"
 
 
-def read_kgat(raw_dir: Path, progress: FileProgress | None = None) -> RawData:
-    """Read a KGAT dir (see the module docstring) into a `RawData`."""
+def read_kgat(raw_dir: Path, progress: FileProgress | None = None, scratch: Scratch | None = None) -> RawData:
+    """Read a KGAT dir (see the module docstring) into a `RawData`, block by block into `scratch`."""
     progress = progress or NoProgress()
+    scratch = scratch or Scratch()
     for name in REQUIRED:
         if not (raw_dir / name).is_file():
             raise IngestError(raw_dir / name, None, "missing required file (a KGAT dir needs train.txt, test.txt and kg_final.txt)")
 
-    frames, line_users, alone = [], [], 0
+    interactions = scratch.table("interactions")
+    alone, top_user, lone_users = 0, -1, []
     for split, name in SPLIT_FILES.items():
         path = raw_dir / name
         if split == "valid" and not path.exists():
             continue
-        pairs, users, n_alone = read_user_lines(path, what="KGAT interactions, 'user item item ...' per line", hint=_HINT)
-        frames.append(pairs.select("user", "item", split=pl.lit(split)))
-        line_users.append(users)
-        alone += n_alone
+        for block in iter_user_lines(path, what="KGAT interactions, 'user item item ...' per line", hint=_HINT, progress=progress):
+            interactions.write(
+                block.pairs.select(
+                    pl.col("user", "item").cast(pl.Int32), split=pl.lit(SPLITS.index(split), pl.Int8), timestamp=pl.lit(None, pl.Float64)
+                )
+            )
+            top_user = max(top_user, int(block.users.max()))
+            alone += block.alone
+            if block.alone:  # users of lines without items: not among the pairs' users
+                lone_users.append(block.users.filter(~block.users.is_in(block.pairs["user"].implode())))
         progress.done(path)
 
     kg_path = raw_dir / "kg_final.txt"
-    triples = read_fields(kg_path, ["head", "relation", "tail"], what="KGAT triples, 'head relation tail' per line", hint=_HINT)
+    triples = scratch.table("triples")
+    for block in iter_fields(kg_path, ["head", "relation", "tail"], what="KGAT triples, 'head relation tail' per line", hint=_HINT, progress=progress):
+        triples.write(block.select(pl.col("head", "relation", "tail").cast(pl.Int32)))
     progress.done(kg_path)
 
-    interactions = pl.concat(frames).with_columns(timestamp=pl.lit(None, pl.Float64))
     data = RawData(
         source_format="kgat",
-        interactions=interactions,
-        triples=triples.select("head", "relation", "tail"),
+        interactions=interactions.lazy(),
+        triples=triples.lazy(),
         sources=[raw_dir / n for n in (*SPLIT_FILES.values(), "kg_final.txt", *LIST_FILES.values()) if (raw_dir / n).is_file()],
         reported={"user_lines_without_items": alone},
     )
-    all_users = pl.concat(line_users)
-    seen = {
-        "users": all_users,
-        "items": interactions["item"],
-        "entities": pl.concat([triples["head"], triples["tail"]]),
-        "relations": triples["relation"],
-    }
     short_rows = 0
     for kind, name in LIST_FILES.items():
         path = raw_dir / name
@@ -84,10 +87,23 @@ def read_kgat(raw_dir: Path, progress: FileProgress | None = None) -> RawData:
         data.names[kind] = names
         setattr(data, f"n_{kind}", size)
         singular = kind.removesuffix("s").replace("entitie", "entity")
-        data.reported[f"{singular}_ids_beyond_{singular}_list"] = int(seen[kind].filter(seen[kind] >= size).n_unique())
-    data.n_users = max(data.n_users, int(all_users.max()) + 1)
+        data.reported[f"{singular}_ids_beyond_{singular}_list"] = _distinct_at_or_above(data, kind, size, lone_users)
+    data.n_users = max(data.n_users, top_user + 1)
     data.reported["list_rows_with_missing_fields"] = short_rows
     return data
+
+
+def _distinct_at_or_above(data: RawData, kind: str, size: int, lone_users: list[pl.Series]) -> int:
+    """Distinct ids of `kind` >= `size` in the data (a streaming count over the scratch tables)."""
+    if kind == "users":
+        ids = pl.concat([data.interactions.select(id="user"), *(s.to_frame("id").lazy() for s in lone_users)], how="vertical_relaxed")
+    elif kind == "items":
+        ids = data.interactions.select(id="item")
+    elif kind == "entities":
+        ids = pl.concat([data.triples.select(id="head"), data.triples.select(id="tail")])
+    else:
+        ids = data.triples.select(id="relation")
+    return int(ids.filter(pl.col("id") >= size).select(pl.col("id").n_unique()).collect(engine="streaming").item())
 
 
 def read_list_file(path: Path) -> tuple[pl.DataFrame, int]:

@@ -16,46 +16,56 @@ from pathlib import Path
 import polars as pl
 
 from kg_data.errors import IngestError
-from kg_data.formats._text import read_fields
+from kg_data.formats._text import iter_fields, read_fields
 from kg_data.progress import FileProgress, NoProgress
 from kg_data.schema import RawData
+from kg_data.staging import Scratch
 
 REQUIRED = ("ratings_final.txt", "kg_final.txt")
 _HINT = "; KGCN files hold non-negative integer ids separated by tabs or spaces"
 
 
-def read_kgcn(raw_dir: Path, progress: FileProgress | None = None) -> RawData:
-    """Read a KGCN dir (see the module docstring) into a `RawData`."""
+def read_kgcn(raw_dir: Path, progress: FileProgress | None = None, scratch: Scratch | None = None) -> RawData:
+    """Read a KGCN dir (see the module docstring) into a `RawData`, block by block into `scratch`."""
     progress = progress or NoProgress()
+    scratch = scratch or Scratch()
     for name in REQUIRED:
         if not (raw_dir / name).is_file():
             raise IngestError(raw_dir / name, None, "missing required file (a KGCN dir needs ratings_final.txt and kg_final.txt)")
 
     ratings_path = raw_dir / "ratings_final.txt"
-    ratings = read_fields(ratings_path, ["user", "item", "label"], what="KGCN ratings, 'user item label' per line", hint=_HINT)
-    bad_label = ratings.filter(~pl.col("label").is_in([0, 1]))
-    if bad_label.height:
-        raise IngestError(
-            ratings_path,
-            int(bad_label["line"][0]),
-            f"label {bad_label['label'][0]} is not 0 or 1 (1 = interaction, 0 = sampled negative)",
-        )
+    positives = scratch.table("interactions")
+    negatives, top_user, top_item = 0, -1, -1
+    for block in iter_fields(ratings_path, ["user", "item", "label"], what="KGCN ratings, 'user item label' per line", hint=_HINT, progress=progress):
+        bad_label = block.filter(~pl.col("label").is_in([0, 1]))
+        if bad_label.height:
+            raise IngestError(
+                ratings_path,
+                int(bad_label["line"][0]),
+                f"label {bad_label['label'][0]} is not 0 or 1 (1 = interaction, 0 = sampled negative)",
+            )
+        # Users and items seen only in negatives still exist (KGCN numbered them): keep their ids.
+        top_user, top_item = max(top_user, int(block["user"].max())), max(top_item, int(block["item"].max()))
+        kept = block.filter(pl.col("label") == 1)
+        negatives += block.height - kept.height
+        positives.write(kept.select(pl.col("user", "item").cast(pl.Int32), split=pl.lit(None, pl.Int8), timestamp=pl.lit(None, pl.Float64)))
     progress.done(ratings_path)
 
     kg_path = raw_dir / "kg_final.txt"
-    triples = read_fields(kg_path, ["head", "relation", "tail"], what="KGCN triples, 'head relation tail' per line", hint=_HINT)
+    triples = scratch.table("triples")
+    for block in iter_fields(kg_path, ["head", "relation", "tail"], what="KGCN triples, 'head relation tail' per line", hint=_HINT, progress=progress):
+        triples.write(block.select(pl.col("head", "relation", "tail").cast(pl.Int32)))
     progress.done(kg_path)
 
-    positives = ratings.filter(pl.col("label") == 1)
+    empty = {"user": pl.Int32, "item": pl.Int32, "split": pl.Int8, "timestamp": pl.Float64}
     data = RawData(
         source_format="kgcn",
-        interactions=positives.select("user", "item", split=pl.lit(None, pl.String), timestamp=pl.lit(None, pl.Float64)),
-        triples=triples.select("head", "relation", "tail"),
+        interactions=positives.lazy(empty),
+        triples=triples.lazy(),
         sources=[raw_dir / n for n in (*REQUIRED, "item_index2entity_id.txt") if (raw_dir / n).is_file()],
-        # Users and items seen only in negatives still exist (KGCN numbered them): keep their ids.
-        n_users=int(ratings["user"].max()) + 1,
-        n_items=int(ratings["item"].max()) + 1,
-        dropped={"negative_samples": ratings.height - positives.height},
+        n_users=top_user + 1,
+        n_items=top_item + 1,
+        dropped={"negative_samples": negatives},
     )
     names_path = raw_dir / "item_index2entity_id.txt"
     if names_path.is_file():

@@ -12,15 +12,17 @@ follow after the items. Unlinked items stay items with no triples (reported).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
 
 from kg_data.errors import IngestError
-from kg_data.formats._text import first_null, read_delimited
-from kg_data.formats._tokens import dense_ids, entity_ids, to_ids
+from kg_data.formats._text import first_null, iter_delimited, read_header
+from kg_data.formats._tokens import dense_ids, distinct_tokens, entity_ids, to_ids
 from kg_data.progress import FileProgress, NoProgress
 from kg_data.schema import RawData
+from kg_data.staging import Scratch
 
 SUFFIXES = (".inter", ".kg", ".link")
 REQUIRED_COLUMNS = {
@@ -44,49 +46,58 @@ def find_atomic_files(raw_dir: Path) -> dict[str, Path]:
     return found
 
 
-def read_atomic(path: Path, suffix: str) -> pl.DataFrame:
-    """One atomic file -> its columns (named without the `:type`) as strings, plus `line`."""
+def iter_atomic(path: Path, suffix: str, progress: FileProgress | None = None) -> Iterator[pl.DataFrame]:
+    """One atomic file, block by block: its columns (named without the `:type`) as strings, plus `line`.
+    The header is checked before any row is read; a required field left empty is refused."""
     what = f"a RecBole {suffix} file with a typed header like {chr(9).join(REQUIRED_COLUMNS[suffix])!r}"
-    names, frame = read_delimited(path, "\t", what=what)
+    names, header_line = read_header(path, "\t", what=what)
     untyped = [n for n in names if not _TYPED_FIELD.fullmatch(n)]
     if untyped:
         raise IngestError(path, 1, f"no RecBole typed header: column {untyped[0][:40]!r} lacks a ':token'/':float' type; line 1 must read like {chr(9).join(REQUIRED_COLUMNS[suffix])!r}")
     missing = [c for c in REQUIRED_COLUMNS[suffix] if c not in names]
     if missing:
         raise IngestError(path, 1, f"header lacks column {missing[0]!r} (found {', '.join(names)})")
-    for column in REQUIRED_COLUMNS[suffix]:
-        line = first_null(frame, column)
-        if line is not None:
-            raise IngestError(path, line, f"{column.split(':')[0]} is empty")
-    return frame.rename({n: n.split(":")[0] for n in names})
+    for frame in iter_delimited(path, "\t", names, header_line, progress=progress):
+        for column in REQUIRED_COLUMNS[suffix]:
+            line = first_null(frame, column)
+            if line is not None:
+                raise IngestError(path, line, f"{column.split(':')[0]} is empty")
+        yield frame.rename({n: n.split(":")[0] for n in names})
 
 
-def read_recbole(raw_dir: Path, progress: FileProgress | None = None) -> RawData:
-    """Read a RecBole atomic dir (see the module docstring) into a `RawData`."""
+def read_recbole(raw_dir: Path, progress: FileProgress | None = None, scratch: Scratch | None = None) -> RawData:
+    """Read a RecBole atomic dir (see the module docstring) into a `RawData`, block by block into `scratch`."""
     progress = progress or NoProgress()
+    scratch = scratch or Scratch()
     files = find_atomic_files(raw_dir)
-    frames = {}
-    for suffix, path in files.items():
-        frames[suffix] = read_atomic(path, suffix)
-        progress.done(path)
-    inter, kg, link = frames[".inter"], frames[".kg"], frames[".link"]
+    inter, kg = scratch.table("inter-tokens"), scratch.table("kg-tokens")
+    for frame in iter_atomic(files[".inter"], ".inter", progress):
+        inter.write(frame.select("user_id", "item_id", timestamp=_timestamps(frame, files[".inter"])))
+    progress.done(files[".inter"])
+    for frame in iter_atomic(files[".kg"], ".kg", progress):
+        kg.write(frame.select("head_id", "relation_id", "tail_id"))
+    progress.done(files[".kg"])
+    link_frames = list(iter_atomic(files[".link"], ".link", progress))  # one row per item: an id map
+    progress.done(files[".link"])
+    link = _checked_links(pl.concat(link_frames) if link_frames else pl.DataFrame(schema={"line": pl.Int64, "item_id": pl.String, "entity_id": pl.String}), files[".link"])
+    inter_tokens = inter.lazy({"user_id": pl.String, "item_id": pl.String, "timestamp": pl.Float64})
+    kg_tokens = kg.lazy({"head_id": pl.String, "relation_id": pl.String, "tail_id": pl.String})
 
-    timestamp = _timestamps(inter, files[".inter"])
-    link = _checked_links(link, files[".link"])
-
-    users = dense_ids(inter["user_id"])
-    items = dense_ids(pl.concat([inter["item_id"], link["item_id"]]))
+    users = dense_ids(distinct_tokens(inter_tokens, "user_id"))
+    items = dense_ids(pl.concat([distinct_tokens(inter_tokens, "item_id"), link["item_id"]]))
     linked = to_ids(link, "item_id", items).select(token="entity_id", id="item_id")
-    entities = entity_ids(pl.concat([kg["head_id"], kg["tail_id"]]), linked, items.height)
-    relations = dense_ids(kg["relation_id"])
+    entities = entity_ids(pl.concat([distinct_tokens(kg_tokens, "head_id"), distinct_tokens(kg_tokens, "tail_id")]), linked, items.height)
+    relations = dense_ids(distinct_tokens(kg_tokens, "relation_id"))
 
-    interactions = to_ids(to_ids(inter.select("user_id", "item_id"), "user_id", users), "item_id", items)
-    triples = to_ids(to_ids(to_ids(kg.select("head_id", "relation_id", "tail_id"), "head_id", entities), "tail_id", entities), "relation_id", relations)
+    interactions = to_ids(to_ids(inter_tokens, "user_id", users), "item_id", items)
+    triples = to_ids(to_ids(to_ids(kg_tokens, "head_id", entities), "tail_id", entities), "relation_id", relations)
     entity_names = pl.concat([entities, linked.select("token", "id")]).unique("id", keep="first")
     return RawData(
         source_format="recbole",
-        interactions=interactions.select(user="user_id", item="item_id", split=pl.lit(None, pl.String), timestamp=timestamp),
-        triples=triples.select(head="head_id", relation="relation_id", tail="tail_id"),
+        interactions=scratch.keep(
+            interactions.select(user="user_id", item="item_id", split=pl.lit(None, pl.Int8), timestamp="timestamp"), "interactions"
+        ),
+        triples=scratch.keep(triples.select(head="head_id", relation="relation_id", tail="tail_id"), "triples"),
         sources=list(files.values()),
         n_users=users.height,
         n_items=items.height,
@@ -101,12 +112,12 @@ def read_recbole(raw_dir: Path, progress: FileProgress | None = None) -> RawData
     )
 
 
-def _timestamps(inter: pl.DataFrame, path: Path) -> pl.Series:
+def _timestamps(frame: pl.DataFrame, path: Path) -> pl.Series:
     """The `timestamp` column as Float64 (all null when the file has none); refuses non-numbers."""
-    if "timestamp" not in inter.columns:
-        return pl.Series("timestamp", [None] * inter.height, dtype=pl.Float64)
-    parsed = inter["timestamp"].cast(pl.Float64, strict=False)
-    bad = inter.filter(parsed.is_null() & inter["timestamp"].is_not_null())
+    if "timestamp" not in frame.columns:
+        return pl.Series("timestamp", [None] * frame.height, dtype=pl.Float64)
+    parsed = frame["timestamp"].cast(pl.Float64, strict=False)
+    bad = frame.filter(parsed.is_null() & frame["timestamp"].is_not_null())
     if bad.height:
         raise IngestError(path, int(bad["line"][0]), f"timestamp {bad['timestamp'][0][:40]!r} is not a number")
     return parsed.alias("timestamp")
