@@ -222,6 +222,28 @@ def test_bad_inputs_raise_before_anything_is_written(tiny_dataset_dir, tmp_path)
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
 
 
+def test_a_checkpoint_older_than_a_setting_resumes_as_that_setting_s_default(
+    tiny_dataset_dir, tmp_path
+):
+    """A checkpoint written before a setting existed (its config lacks the key) trained with what is
+    now that setting's default, so it resumes; a real change is still refused."""
+    from tinykg_train.checkpoint import save_checkpoint
+
+    config = tiny_config(tiny_dataset_dir, tmp_path / "run", epochs=2)
+    whole = train(config.with_overrides(out=str(tmp_path / "whole")), model_builder=mf_builder)
+    train(config.with_overrides(epochs=1), model_builder=mf_builder)
+    path = tmp_path / "run" / "checkpoint.pt"
+    checkpoint = load_checkpoint(path)
+    for newer in ("sampler", "fanouts", "workers", "threads"):
+        del checkpoint["config"][newer]
+    checkpoint["config"]["epochs"] = 2
+    save_checkpoint(path, checkpoint)
+    with pytest.raises(ConfigError, match=r"changed settings \(sampler: 'none' -> 'neighbor'"):
+        train(config.with_overrides(resume=True, sampler="neighbor"), model_builder=mf_builder)
+    resumed = train(config.with_overrides(resume=True), model_builder=mf_builder)
+    assert resumed["resumed_at_epoch"] == 1 and resumed["train_loss"] == whole["train_loss"]
+
+
 def test_a_diverging_run_fails_with_one_clear_line(tiny_dataset_dir, tmp_path):
     with pytest.raises(TinyKGError, match="cf loss became nan in epoch 0 .*lower --lr"):
         train(

@@ -90,7 +90,9 @@ def check_run_dir(config: TrainConfig) -> RunDir:
 
 def check_resumable(checkpoint: dict[str, Any], config: TrainConfig, dataset, path) -> None:
     """Refuse a checkpoint written with other settings or another dataset (one line, how to fix)."""
-    saved, current = checkpoint["config"], config.to_dict()
+    current = config.to_dict()
+    # a setting newer than the checkpoint was not there to set: the run trained with its default
+    saved = {**TrainConfig().to_dict(), **checkpoint["config"]}
     changed = sorted(
         k for k in current if k not in RESUMABLE_CHANGES and saved.get(k) != current[k]
     )
