@@ -36,6 +36,28 @@ def test_views_of_the_rows_are_rebuilt_as_the_same_views():
         assert torch.equal(stored.decode(), piece)
 
 
+def test_views_of_embedding_rows_are_rebuilt_as_the_same_views():
+    table, index = table_and_index()
+    with ActivationMeter():  # ops.embedding registers its rows inside a block
+        rows = embedding(table, index.view(50, 10), config=CONFIG)  # [50, 10, 64]
+        pieces = (rows.view(50, 2, 5, 64)[7:9], rows[:, 3], rows.transpose(0, 1)[2:4], rows[48:, 7:])
+        for piece in pieces:
+            stored = compress(piece, CONFIG)
+            assert isinstance(stored, Gathered)
+            assert torch.equal(stored.decode(), piece)
+            assert stored.decode().stride() == piece.stride()
+
+
+def test_a_view_rebuilds_only_the_rows_it_reaches():
+    table, index = table_and_index()
+    middle = table.index_select(0, index).chunk(3)[1]  # rows 167..333 of 500
+    stored = compress(middle, CONFIG)
+    # rows outside the chunk point past the table: gathering them would raise
+    poisoned = torch.full_like(stored.index.int(), 60_000)
+    poisoned[167:334] = stored.index[167:334].int()
+    assert torch.equal(Gathered(table, poisoned, stored.view).decode(), middle)
+
+
 def test_other_gathers_are_quantized():
     table, index = table_and_index()
     activation = table * 2  # not a parameter: its rows are not held by anyone

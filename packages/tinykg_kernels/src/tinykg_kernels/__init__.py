@@ -19,6 +19,7 @@ from tinykg_kernels.dropout import apply_dropout_noise, dropout_noise_backward
 from tinykg_kernels.leaky_pair import leaky_relu_pair, leaky_relu_pair_backward
 from tinykg_kernels.planes import pack_planes, unpack_planes
 from tinykg_kernels.projection import project, unproject
+from tinykg_kernels.rows import live_rows
 from tinykg_kernels.sparse import csr_matmul
 from tinykg_kernels.usage import backend_usage, backends_used, runtime_report
 
@@ -39,6 +40,7 @@ __all__ = [
     "dropout_noise_backward",
     "leaky_relu_pair",
     "leaky_relu_pair_backward",
+    "live_rows",
     "pack_bits",
     "pack_planes",
     "project",

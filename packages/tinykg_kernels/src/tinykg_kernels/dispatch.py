@@ -27,6 +27,7 @@ The old name `compiled` (native or inductor loops, whichever applied) is refused
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import sys
@@ -56,10 +57,17 @@ CPU_LOOPS_MIN_NUMEL = 1 << 12
 
 def requested_backend(backend: str | None = None) -> str:
     """`backend` if given, else `$TINYKG_KERNELS_BACKEND`, else `auto`; validated."""
-    choice = backend if backend is not None else os.environ.get(BACKEND_ENV, "auto")
-    choice = choice.strip().lower() or "auto"
+    if backend is not None:
+        return _validated(backend, "backend")
+    return _validated(os.environ.get(BACKEND_ENV, "auto"), BACKEND_ENV)
+
+
+@functools.lru_cache(maxsize=64)
+def _validated(raw: str, source: str) -> str:
+    """`raw` (from `source`) as a backend name, or a ValueError; each string parsed once (every
+    codec call asks: the environment is read per call, so a test or a user may change it)."""
+    choice = raw.strip().lower() or "auto"
     if choice not in BACKENDS:
-        source = "backend" if backend is not None else BACKEND_ENV
         renamed = (
             " ('compiled' was split by what runs: 'cpu-native' for the C++ loops, 'cpu-inductor' "
             "for inductor's)"

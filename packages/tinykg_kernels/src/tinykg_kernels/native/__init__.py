@@ -12,6 +12,7 @@ else g++, c++ or clang++; -O3 -march=native -ffp-contract=off, a few seconds), c
 under `$TINYKG_KERNELS_CACHE` (default `~/.cache/tinykg_kernels`), keyed by the sources, compiler,
 flags and CPU, and calls it on torch tensors' memory.
 
+- `live_rows` (in `codec.cpp`): which rows of a float32 tensor hold a nonzero value, one pass.
 - The codec equals `reference.quantize` with `counter_noise` and `reference.dequantize` bit for bit,
   as inductor's loops do (tested), so the two are interchangeable: `cpu_ops` calls it where it
   applies (float32 values, bfloat16 parameters, whole groups) and inductor's loops elsewhere.
@@ -22,7 +23,12 @@ flags and CPU, and calls it on torch tensors' memory.
 run); `status()` says whether the library is loaded, for a run's record.
 """
 
-from tinykg_kernels.native.codec import codec_applies, dequantize_groups, quantize_groups
+from tinykg_kernels.native.codec import (
+    codec_applies,
+    dequantize_groups,
+    live_rows,
+    quantize_groups,
+)
 from tinykg_kernels.native.library import (
     CACHE_ENV,
     HEADERS,
@@ -59,6 +65,7 @@ __all__ = [
     "failure",
     "leaky_pair",
     "leaky_pair_backward",
+    "live_rows",
     "planes_applies",
     "quantize_groups",
     "status",

@@ -392,4 +392,19 @@ int tinykg_dequantize_bf16(const uint8_t* packed, const uint16_t* zero_bits,
   return 0;
 }
 
+// Per row of `n_rows` rows of `row_len` float32 values: 1 where some value is nonzero (x != 0: -0.0
+// counts as zero, NaN as nonzero, so the bits but the sign ORed together), else 0, into `live`;
+// returns the number of all-zero rows. Plain loops: GCC vectorizes the rows' ORs.
+int64_t tinykg_live_rows(const float* __restrict x, int64_t n_rows, int64_t row_len,
+                         uint8_t* __restrict live) {
+  for (int64_t i = 0; i < n_rows; ++i) {
+    uint32_t any = 0;
+    for (int64_t j = 0; j < row_len; ++j) any |= bits_of(x[i * row_len + j]);
+    live[i] = (any << 1) != 0;
+  }
+  int64_t dead = 0;
+  for (int64_t i = 0; i < n_rows; ++i) dead += live[i] == 0;
+  return dead;
+}
+
 }  // extern "C"

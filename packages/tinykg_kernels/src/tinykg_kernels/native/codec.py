@@ -73,3 +73,12 @@ def dequantize_groups(
     if status != 0:
         raise ValueError(f"native dequantize: unsupported width {bits}")
     return out
+
+
+def live_rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Contiguous float32 `[rows, row_len]` -> (bool `[rows]`: the row holds a value != 0, the
+    number of rows that do not)."""
+    n_rows, row_len = x.shape
+    live = torch.empty(n_rows, dtype=torch.bool)
+    dead = library.load().tinykg_live_rows(x.data_ptr(), n_rows, row_len, live.data_ptr())
+    return live, int(dead)

@@ -26,7 +26,13 @@ _failure: str | None = None  # why the library could not be built or loaded, onc
 
 def enabled() -> bool:
     """Whether native loops may run: not turned off by `TINYKG_KERNELS_NATIVE=0`."""
-    return os.environ.get(NATIVE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    return _switched_on(os.environ.get(NATIVE_ENV, "1"))
+
+
+@functools.lru_cache(maxsize=16)
+def _switched_on(value: str) -> bool:
+    """`TINYKG_KERNELS_NATIVE`'s value read as on/off (each string once: every codec call asks)."""
+    return value.strip().lower() not in ("0", "false", "no", "off")
 
 
 def failure() -> str | None:
@@ -104,6 +110,7 @@ _P, _I64, _I32, _INT, _F32 = (
 SIGNATURES = {
     "tinykg_quantize_bf16": ([_P, _I64, _I64, _INT, _P, _INT, _I32, _I32, _P, _P, _P, _P], _INT),
     "tinykg_dequantize_bf16": ([_P, _P, _P, _I64, _I64, _INT, _P, _P], _INT),
+    "tinykg_live_rows": ([_P, _I64, _I64, _P], _I64),
     "tinykg_leaky_pair": ([_P, _P, _I64, _F32, _P, _P, _P], None),
     "tinykg_leaky_pair_backward": ([_P, _P, _P, _I64, _F32, _P, _P], None),
     "tinykg_dropout_apply": ([_P, _P, _I64, _F32, _P, _P], None),

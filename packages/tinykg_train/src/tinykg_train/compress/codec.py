@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from tinykg_kernels import QuantizedTensor, dequantize, quantize, unproject
+from tinykg_kernels import QuantizedTensor, dequantize, live_rows, quantize, unproject
 from tinykg_kernels import project as random_projection
 from tinykg_train.compress import stack
 from tinykg_train.compress.adaptive import sites
@@ -178,8 +178,8 @@ def _live_rows(values: torch.Tensor, config: CompressionConfig) -> PackedMask | 
     group = config.group_for(tuple(values.shape))
     if group is None or group <= values.shape[-1]:
         return None  # one group per row (or less): a zero row quantizes to exact zeros
-    live = values.ne(0).any(dim=-1, keepdim=True)
-    return None if bool(live.all()) else PackedMask.pack(live)
+    live = live_rows(values)
+    return None if live is None else PackedMask.pack(live)
 
 
 def _compress_planned(

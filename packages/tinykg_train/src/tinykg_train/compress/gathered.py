@@ -4,13 +4,15 @@
 every model's L2 penalty squares them) needs no rounding at all: the parameter is held anyway and
 does not change before backward (an in-place update would trip autograd's version check), so the
 rows are rebuilt exactly from it and the index, in the narrowest integer dtype. Views of the
-gathered rows (`chunk`, `split`) are rebuilt the same way, then viewed again. Rows come from
+gathered rows (`chunk`, `split`) are rebuilt from the rows they reach only, then viewed again (the
+three chunks of a loss's one gather rebuild its rows once, not three times). Rows come from
 autograd's `index_select` (recognized by its node) or from `ops.embedding` of a parameter (which
 registers its output with `remember`: its node is a custom Function's).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -30,8 +32,18 @@ class Gathered:
     view: View | None = None
 
     def decode(self) -> torch.Tensor:
-        rows = self.weight.index_select(0, widen_index(self.index))
-        return rows if self.view is None else rows.as_strided(*self.view)
+        if self.view is None:
+            return self.weight.index_select(0, widen_index(self.index))
+        # only the rows the view reaches (a chunk of the rows: that chunk, not all of them)
+        size, stride, offset = self.view
+        row_numel = math.prod(self.weight.shape[1:])
+        if row_numel == 0 or 0 in size:
+            first, stop = 0, self.index.shape[0]
+        else:
+            last = offset + sum((n - 1) * step for n, step in zip(size, stride, strict=True))
+            first, stop = offset // row_numel, last // row_numel + 1
+        rows = self.weight.index_select(0, widen_index(self.index[first:stop]))
+        return rows.as_strided(size, stride, offset - first * row_numel)
 
     @property
     def nbytes(self) -> int:
