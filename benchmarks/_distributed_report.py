@@ -17,13 +17,7 @@ from typing import Any
 
 from benchmarks._accuracy_report import epoch_seconds, mean_std
 from benchmarks._report import markdown_table, width_label
-
-# two-sided 95% quantiles of Student's t by degrees of freedom (1..30); 1.96 beyond
-T_975 = (
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-)  # fmt: skip
+from benchmarks._stats import t_quantile
 
 
 @dataclass(frozen=True)
@@ -44,7 +38,7 @@ def t_interval(differences: Sequence[float]) -> tuple[float, float]:
     mean = statistics.fmean(differences)
     if n < 2:
         return mean, math.inf
-    t = T_975[n - 2] if n - 1 <= len(T_975) else 1.96
+    t = t_quantile(n - 1)
     return mean, t * statistics.stdev(differences) / math.sqrt(n)
 
 
