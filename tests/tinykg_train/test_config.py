@@ -182,8 +182,10 @@ def test_bad_sampling_settings_raise_one_clear_line(override, message):
         TrainConfig(data="d").with_overrides(**override)
 
 
-def test_partitions_default_to_the_whole_graph_and_round_trip():
+def test_partitions_default_to_the_whole_graph_and_round_trip(tmp_path):
     assert TrainConfig(data="d").partitions == 1
+    (tmp_path / "p.yaml").write_text("model: kgat\npartitions: 3\n")
+    assert TrainConfig.from_yaml(tmp_path / "p.yaml", {"data": "d"}).partitions == 3
     config = TrainConfig(data="d", partitions="4", model="lightgcn")
     assert config.partitions == 4 and TrainConfig.from_dict(config.to_dict()) == config
     both = TrainConfig(data="d", partitions=2, sampler="neighbor", n_layers=2, fanouts=[5, 5])
