@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pipelines._cli import prog_name, run_cli
 from tinykg_train.compression_defaults import BITS
 
-AXIS_FLAGS = ("model", "bits", "memory_budget", "lr", "seed", "embed_dim", "n_layers")
+AXIS_FLAGS = ("model", "bits", "memory_budget", "lr", "seed", "embed_dim", "n_layers", "partitions")
 
 # (flag, key of the sweep config it overrides, type, metavar, help); `resources.cpu` goes into
 # `resources:`. Not given (None) leaves the config's value.

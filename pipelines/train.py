@@ -65,6 +65,7 @@ SETTINGS: dict[str, list[tuple[str, str, str, str]]] = {
     "sampling": [
         ("--sampler", "sampler", "none|neighbor", "neighbor: each CF step propagates over its batch's sampled subgraph only (kgat, kgin, kgcn, lightgcn)"),
         ("--fanouts", "fanouts", "F,F", "neighbors sampled per node at each layer, one per --layers, -1 = all"),
+        ("--partitions", "partitions", "N", "N > 1: train on N self-sufficient partitions of the graph, one at a time, each step on its partition's interactions and subgraph (kgat, kgin, lightgcn; kgcn with --sampler neighbor); 1 = whole graph"),
     ],
     "evaluation": [
         ("--eval-ks", "eval_ks", "K,K", "cut-offs for Recall@K / NDCG@K, e.g. 20,50 (20 is always added)"),

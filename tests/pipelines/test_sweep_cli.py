@@ -164,3 +164,8 @@ def test_every_bad_input_is_one_line_and_exit_2(tmp_path, tiny_dataset_dir, swee
             err,
         )
     assert not (tmp_path / "out").exists()  # nothing written for a refused sweep
+
+
+def test_partitions_is_a_sweep_axis():
+    spec = spec_from_args(build_parser().parse_args(["--partitions", "1,4", "--model", "lightgcn"]))
+    assert Axis("partitions", "grid", (1, 4)) in spec.axes and spec.n_trials == 2

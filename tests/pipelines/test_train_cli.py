@@ -83,6 +83,12 @@ def bad_cases(data: Path, tmp: Path, finished: Path) -> list[tuple[str, list[str
         ("kgcn-all-neighbors", ["--data", str(data), "--model", "kgcn", "--sampler", "neighbor", "--fanouts=-1", *new], "KGCN draws a fixed number of neighbors per node"),
         ("sampler-workers", ["--data", str(data), "--sampler", "neighbor", "--workers", "2", *new], "--sampler neighbor runs in one process at fixed widths for now: drop --workers"),
         ("sampler-auto", ["--data", str(data), "--sampler", "neighbor", "--bits", "auto", *new], "--sampler neighbor runs in one process at fixed widths for now: drop --bits auto"),
+        ("partitions-zero", ["--data", str(data), "--partitions", "0", *new], "'partitions' needs to be a positive integer (1 = whole graph) (got 0)"),
+        ("partitions-bprmf", ["--data", str(data), "--model", "bprmf", "--partitions", "2", *new], "BPR-MF has no graph to partition: drop --partitions"),
+        ("partitions-workers", ["--data", str(data), "--partitions", "2", "--workers", "2", *new], "--partitions 2 runs in one process at fixed widths for now: drop --workers"),
+        ("partitions-auto", ["--data", str(data), "--partitions", "2", "--bits", "auto", *new], "--partitions 2 runs in one process at fixed widths for now: drop --bits auto"),
+        ("partitions-kgcn", ["--data", str(data), "--model", "kgcn", "--partitions", "2", *new], "KGCN draws a fixed number of neighbors per node: with --partitions add --sampler neighbor"),
+        ("partitions-too-many", ["--data", str(data), "--partitions", "100000", *new], "--partitions 100000 exceeds the"),
     ]  # fmt: skip
 
 

@@ -180,3 +180,28 @@ def test_sampling_settings_are_coerced_and_round_trip():
 def test_bad_sampling_settings_raise_one_clear_line(override, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         TrainConfig(data="d").with_overrides(**override)
+
+
+def test_partitions_default_to_the_whole_graph_and_round_trip(tmp_path):
+    assert TrainConfig(data="d").partitions == 1
+    (tmp_path / "p.yaml").write_text("model: kgat\npartitions: 3\n")
+    assert TrainConfig.from_yaml(tmp_path / "p.yaml", {"data": "d"}).partitions == 3
+    config = TrainConfig(data="d", partitions="4", model="lightgcn")
+    assert config.partitions == 4 and TrainConfig.from_dict(config.to_dict()) == config
+    both = TrainConfig(data="d", partitions=2, sampler="neighbor", n_layers=2, fanouts=[5, 5])
+    assert (both.partitions, both.sampler) == (2, "neighbor")  # neighbors sampled in a partition
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"partitions": 0}, "'partitions' needs to be a positive integer (1 = whole graph) (got 0)"),
+        ({"partitions": 2, "model": "bprmf"}, "BPR-MF has no graph to partition: drop --partitions"),
+        ({"partitions": 2, "workers": 2}, "--partitions 2 runs in one process at fixed widths for now: drop --workers"),
+        ({"partitions": 2, "bits": "auto"}, "--partitions 2 runs in one process at fixed widths for now: drop --bits auto"),
+        ({"partitions": 2, "model": "kgcn"}, "KGCN draws a fixed number of neighbors per node: with --partitions add --sampler neighbor"),
+    ],
+)  # fmt: skip
+def test_partitions_a_run_cannot_use_raise_one_clear_line(override, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        TrainConfig(data="d").with_overrides(**override)

@@ -334,3 +334,23 @@ def test_a_model_that_cannot_sample_is_refused_before_anything_is_written(
     with pytest.raises(ConfigError, match="BPRMF has no graph to sample"):
         train(config.with_overrides(model="bprmf"))
     assert not out.exists()
+
+
+PARTITIONED = dict(model="kgat", n_layers=2, partitions=2, batch_size=256, max_batches_per_epoch=None)
+
+
+def test_partitioned_training_reports_its_split_and_resumes_exactly(tiny_dataset_dir, tmp_path):
+    config = tiny_config(tiny_dataset_dir, tmp_path / "full", epochs=3, bits=2, **PARTITIONED)
+    full = train(config)  # KGAT at 2 bits with dropout: CF and KG phases partition by partition
+    assert full["partitions"] == 2 and len(full["partition_nodes"]) == 2
+    assert full["partition_replication"] > 1.0  # a node shared by both partitions counts twice
+    assert sum(full["partition_interactions"]) == len(KGDataset.open(tiny_dataset_dir).pairs("train"))
+    assert len(full["kg_loss"]) == 3 and all(math.isfinite(x) for x in full["train_loss"])
+
+    first = config.with_overrides(out=str(tmp_path / "split"), epochs=1)
+    train(first)
+    resumed = train(first.with_overrides(epochs=3, resume=True))
+    assert resumed["resumed_at_epoch"] == 1
+    assert comparable(resumed) == comparable(full)
+    other_seed = train(config.with_overrides(out=str(tmp_path / "seed1"), seed=1, epochs=1))
+    assert other_seed["train_loss"][0] != full["train_loss"][0]

@@ -60,7 +60,7 @@ INT_FIELDS = frozenset(
     {
         "score_bits", "normalize_bits", "epochs", "seed", "batch_size", "kg_batch_size",
         "embed_dim", "n_layers", "kg_neighbors", "n_intents", "eval_every", "eval_batch_users",
-        "patience", "adapt_every", "workers",
+        "patience", "adapt_every", "workers", "partitions",
     }
 )  # fmt: skip
 OPTIONAL_INT_FIELDS = frozenset({"group_size", "max_batches_per_epoch", "threads"})
@@ -114,6 +114,9 @@ class TrainConfig:
     # `fanouts[i]` neighbors per node at layer i (-1 = all; None = DEFAULT_FANOUT per layer)
     sampler: str = "none"
     fanouts: tuple[int, ...] | None = None
+    # > 1: train on that many self-sufficient partitions of the graph, one at a time (each CF step
+    # on its partition's interactions and graph only); 1 = off (scale.partitioned_training)
+    partitions: int = 1
     resume: bool = False
     workers: int = 1  # data-parallel Ray Train workers; 1 trains in this process (tinykg_train.distributed)
     extra: dict[str, Any] = field(default_factory=dict)  # model-specific knobs, logged as params
@@ -182,6 +185,28 @@ class TrainConfig:
             if value is not None and value <= 0:
                 raise ConfigError(f"'{name}' needs to be a positive integer or null (got {value})")
         self.validate_sampling()
+        self.validate_partitions()
+
+    def validate_partitions(self) -> None:
+        """`partitions` > 1 needs a model with a graph and one process at fixed widths."""
+        if self.partitions < 1:
+            raise ConfigError(
+                f"'partitions' needs to be a positive integer (1 = whole graph) (got {self.partitions})"
+            )
+        if self.partitions == 1:
+            return
+        if self.model == "bprmf":
+            raise ConfigError("BPR-MF has no graph to partition: drop --partitions (or pass 1)")
+        if self.adaptive or self.workers > 1:
+            raise ConfigError(
+                f"--partitions {self.partitions} runs in one process at fixed widths for now: drop "
+                + ("--workers" if self.workers > 1 else "--bits auto (pass 1, 2, 4, 8 or 32)")
+            )
+        if self.model == "kgcn" and self.sampler == "none":
+            raise ConfigError(
+                "KGCN draws a fixed number of neighbors per node: with --partitions add "
+                "--sampler neighbor --fanouts K,K (positive counts, one per --layers)"
+            )
 
     def validate_sampling(self) -> None:
         if self.sampler not in SAMPLERS:

@@ -29,6 +29,7 @@ from tinykg_train.errors import ConfigError, TinyKGError
 from tinykg_train.evaluate import RankingEvaluator
 from tinykg_train.precision import build_precision
 from tinykg_train.run_dir import RunDir
+from tinykg_train.scale.partitioned_training import partitioned_batches
 from tinykg_train.scale.sampled_training import sampled_batches
 from tinykg_train.training_state import TrainingState
 
@@ -68,7 +69,9 @@ class Session:
         own = getattr(self.model, "compression", None)
         return self.fallback_compression if own is None else own
     replica: Any | None = None  # tinykg_train.distributed.Replica on a data-parallel worker
-    sampled: Any | None = None  # `scale.sampled_training.SampledBatches` with --sampler neighbor
+    # `scale.sampled_training.SampledBatches` with --sampler neighbor, its subclass
+    # `scale.partitioned_training.PartitionedBatches` with --partitions N
+    sampled: Any | None = None
 
 
 def evaluation_ks(config: TrainConfig) -> tuple[int, ...]:
@@ -134,6 +137,14 @@ def open_session(
     seed_everything(config.seed)
     model = model_builder(config.model, dataset, config).to(device)
     cf_batches = BPRBatches(dataset, config.batch_size, config.seed)
+    partitioned = partitioned_batches(config, dataset, model)  # --partitions N: its own sources
+    if partitioned is not None:
+        sampled, kg_batches = partitioned
+    else:
+        sampled = sampled_batches(config, dataset, model, cf_batches)
+        kg_batches = (
+            KGBatches(dataset, config.kg_batch_size, config.seed) if model.has_kg_phase else None
+        )
     session = Session(
         config=config,
         run=run,
@@ -142,16 +153,14 @@ def open_session(
         model=model,
         optimizer=torch.optim.Adam(model.parameters(), lr=config.lr),
         cf_batches=cf_batches,
-        kg_batches=KGBatches(dataset, config.kg_batch_size, config.seed)
-        if model.has_kg_phase
-        else None,
+        kg_batches=kg_batches,
         evaluator=RankingEvaluator(dataset, evaluation_ks(config), config.eval_batch_users, device),
         state=TrainingState(),
         fallback_compression=None
         if getattr(model, "compression", None) is not None
         else config.compression_config(),
         replica=replica,
-        sampled=sampled_batches(config, dataset, model, cf_batches),
+        sampled=sampled,
     )
     session.precision = build_precision(config, session.compression)
     if replica is not None:

@@ -144,6 +144,9 @@ def final_result(
         result["precision"] = session.precision.report()
     if session.sampled is not None:  # seconds each epoch's steps waited for their subgraphs
         result["sampler_wait_seconds"] = state.column("sampler_wait_seconds")
+    partition_summary = getattr(session.sampled, "partition_summary", None)
+    if partition_summary is not None:  # --partitions N: replication, nodes per partition...
+        result.update(partition_summary())
     return result
 
 

@@ -41,6 +41,9 @@ class Recommender(CompressedModule):
 
     #: Whether the trainer runs a second (KG) phase each epoch with `kg_loss`.
     has_kg_phase: bool = False
+    #: Whether propagation follows KG edges (partitioned training then copies each partition's
+    #: `n_layers`-hop KG neighborhood into it; LightGCN follows only user-item edges).
+    follows_kg: bool = True
     #: Model-specific knobs read from `config.extra`, with their defaults (the built-in models take
     #: theirs from `tinykg_train.model_defaults.KNOBS`, which also has their types).
     EXTRA_DEFAULTS: dict[str, Any] = {}

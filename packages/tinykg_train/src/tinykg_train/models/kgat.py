@@ -204,13 +204,19 @@ class KGAT(EmbeddingRecommender):
 
     # -- KG phase ----------------------------------------------------------------------------------
 
-    def kg_loss(self, heads, relations, tails, neg_tails, rows: Rows | None = None) -> torch.Tensor:
+    def kg_loss(
+        self, heads, relations, tails, neg_tails, rows: Rows | None = None, interactions=None
+    ) -> torch.Tensor:
         """TransR loss on a KG batch, its inverse triples and as many sampled user-item triples;
-        with `rows`, node vectors are read through it (sampled training) instead of the table."""
-        triples = self.kg_phase_triples(heads, relations, tails, neg_tails)
+        with `rows`, node vectors are read through it (sampled training) instead of the table;
+        `interactions` `(user nodes, items, negative items)` replaces the drawn user-item triples
+        (partitioned training draws them from the partition)."""
+        triples = self.kg_phase_triples(heads, relations, tails, neg_tails, interactions)
         return self.transr_loss(*triples, rows=rows)
 
-    def kg_phase_triples(self, heads, relations, tails, neg_tails) -> tuple[torch.Tensor, ...]:
+    def kg_phase_triples(
+        self, heads, relations, tails, neg_tails, interactions=None
+    ) -> tuple[torch.Tensor, ...]:
         """`(head, relation, tail, corrupted head, corrupted tail)` in CKG ids for one KG step.
 
         KG triples `(h, r, t)` against `(h, r, t')`; their inverses `(t, r^-1, h)` against
@@ -219,7 +225,9 @@ class KGAT(EmbeddingRecommender):
         """
         R = self.n_kg_relations
         kg_relation = relations + FIRST_KG_RELATION
-        users, items, neg_items = self.sample_interactions(len(heads))
+        users, items, neg_items = (
+            self.sample_interactions(len(heads)) if interactions is None else interactions
+        )
         interact = torch.full_like(users, INTERACT)
         return (
             torch.cat([heads, tails, users, items]),
