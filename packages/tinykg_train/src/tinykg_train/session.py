@@ -10,6 +10,7 @@ are called here, in `epoch.run_phase` and in `trainer.fit`.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,14 +31,17 @@ from tinykg_train.evaluate import RankingEvaluator
 from tinykg_train.precision import build_precision
 from tinykg_train.run_dir import RunDir
 from tinykg_train.scale.sampled_training import sampled_batches
+from tinykg_train.scale.table_training import table_training
 from tinykg_train.training_state import TrainingState
 
 # build_model(name, dataset, config) -> Recommender (see tinykg_train.models)
 ModelBuilder = Callable[[str, Any, TrainConfig], Any]
 
 # Settings a resumed run may change without invalidating the checkpoint.
+# (`cache_rows` and `prefetch_steps` change where rows sit and when they are copied, never a number.)
 RESUMABLE_CHANGES = frozenset(
     {"resume", "epochs", "device", "out", "data", "eval_batch_users", "threads"}
+    | {"cache_rows", "prefetch_steps"}
 )
 
 
@@ -69,6 +73,13 @@ class Session:
         return self.fallback_compression if own is None else own
     replica: Any | None = None  # tinykg_train.distributed.Replica on a data-parallel worker
     sampled: Any | None = None  # `scale.sampled_training.SampledBatches` with --sampler neighbor
+    # `scale.table_training.TableTraining` with --sparse-adam / --offload-embeddings
+    tables: Any | None = None
+
+    def whole_model(self):
+        """A context in which the model holds its whole embedding tables (they live in `tables`
+        between its blocks under --sparse-adam / --offload-embeddings)."""
+        return contextlib.nullcontext() if self.tables is None else self.tables.whole_tables()
 
 
 def evaluation_ks(config: TrainConfig) -> tuple[int, ...]:
@@ -132,13 +143,14 @@ def open_session(
     seed_everything(config.seed)
     model = model_builder(config.model, dataset, config).to(device)
     cf_batches = BPRBatches(dataset, config.batch_size, config.seed)
+    tables = table_training(config, model, device)  # takes the big tables out of the model
     session = Session(
         config=config,
         run=run,
         device=device,
         dataset=dataset,
         model=model,
-        optimizer=torch.optim.Adam(model.parameters(), lr=config.lr),
+        optimizer=dense_adam(model if tables is None else tables.dense_parameters(), config.lr),
         cf_batches=cf_batches,
         kg_batches=KGBatches(dataset, config.kg_batch_size, config.seed)
         if model.has_kg_phase
@@ -150,7 +162,10 @@ def open_session(
         else config.compression_config(),
         replica=replica,
         sampled=sampled_batches(config, dataset, model, cf_batches),
+        tables=tables,
     )
+    if tables is not None:
+        session.sampled.tables = tables
     session.precision = build_precision(config, session.compression)
     if replica is not None:
         replica.attach(session)
@@ -159,11 +174,20 @@ def open_session(
     return session
 
 
+def dense_adam(parameters, lr: float) -> torch.optim.Adam:
+    """The run's Adam over a model's parameters, or a list of them (possibly empty: every
+    parameter of the model may be a row-wise table)."""
+    parameters = list(parameters.parameters() if hasattr(parameters, "parameters") else parameters)
+    return torch.optim.Adam([{"params": parameters}], lr=lr)
+
+
 def restore(session: Session, checkpoint: dict[str, Any]) -> None:
     """Put a checkpoint's weights, optimizer state, progress and RNG states into the session."""
     session.model.load_state_dict(checkpoint["model"])
     session.optimizer.load_state_dict(checkpoint["optimizer"])
     session.state = TrainingState.from_dict(checkpoint["state"])
+    if session.tables is not None:
+        session.tables.load_state_dict(checkpoint["row_tables"])
     replica = session.replica
     restore_rng_state(checkpoint["rng"] if replica is None else replica.rng_state(checkpoint))
     if session.precision is not None and checkpoint.get("precision"):
@@ -181,6 +205,7 @@ def save_session(session: Session) -> None:
         "config": session.config.to_dict(),
         "dataset_fingerprint": session.dataset.fingerprint,
         "precision": None if session.precision is None else session.precision.state_dict(),
+        "row_tables": None if session.tables is None else session.tables.state_dict(),
     }
     if session.replica is not None:  # rank 0 writes it with every rank's RNG state
         session.replica.save(session, payload)

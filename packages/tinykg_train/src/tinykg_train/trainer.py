@@ -144,6 +144,8 @@ def final_result(
         result["precision"] = session.precision.report()
     if session.sampled is not None:  # seconds each epoch's steps waited for their subgraphs
         result["sampler_wait_seconds"] = state.column("sampler_wait_seconds")
+    if session.tables is not None:  # settings, bytes on the device and the host, cache counts
+        result["row_tables"] = session.tables.report()
     return result
 
 
@@ -159,7 +161,10 @@ def finish(
     state, run = session.state, session.run
     if state.best_model is None:
         raise TinyKGError(f"{run.path}: no epoch was evaluated, so there is no best model to test")
-    session.model.load_state_dict(state.best_model)
+    if session.tables is None:
+        session.model.load_state_dict(state.best_model)
+    else:  # the tables live in `tables` while training; the best epoch's are in best_model
+        session.tables.load_whole_model(state.best_model)
     test = session.evaluator.evaluate(session.model, "test")
     result = final_result(session, test, device_label, kernels_since)
     if not is_leader(session):

@@ -43,6 +43,8 @@ class LightGCN(EmbeddingRecommender):
     Uses the train interactions only (no KG); nodes are items then users (`n_items + u`).
     """
 
+    embedding_tables = ("embedding",)
+
     def __init__(self, dataset, config) -> None:
         super().__init__(dataset, config)
         self.layers = nn.ModuleList(LinearPropagation() for _ in range(config.n_layers))
