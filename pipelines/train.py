@@ -23,6 +23,12 @@ from tinykg_train.compression_defaults import BITS, width_label
 
 WIDTHS = ", ".join(map(str, BITS))
 
+# On/off settings (flag, TrainConfig field, group, help), given without a value.
+SWITCHES = [
+    ("--sparse-adam", "sparse_adam", "sampling", "--sampler neighbor: update the big embedding tables row by row with SparseAdam (only the rows a step reads move) instead of dense Adam"),
+    ("--offload-embeddings", "offload_embeddings", "sampling", "--sampler neighbor: keep the big embedding tables and their Adam state in host memory, a cache of hot rows on the device (implies --sparse-adam); table size bounded by host RAM"),
+]  # fmt: skip
+
 # (flag, TrainConfig field, metavar, help). Values are parsed by TrainConfig, so a wrong one is a
 # one-line error naming the setting. The "(default: ...)" of each help is added from the code's
 # defaults (TrainConfig, compression_defaults, model_defaults), never written here.
@@ -66,6 +72,8 @@ SETTINGS: dict[str, list[tuple[str, str, str, str]]] = {
         ("--sampler", "sampler", "none|neighbor", "neighbor: each CF step propagates over its batch's sampled subgraph only (kgat, kgin, kgcn, lightgcn)"),
         ("--fanouts", "fanouts", "F,F", "neighbors sampled per node at each layer, one per --layers, -1 = all"),
         ("--partitions", "partitions", "N", "N > 1: train on N self-sufficient partitions of the graph, one at a time, each step on its partition's interactions and subgraph (kgat, kgin, lightgcn; kgcn with --sampler neighbor); 1 = whole graph"),
+        ("--cache-rows", "cache_rows", "N", "--offload-embeddings: rows of each table the device cache holds"),
+        ("--prefetch-steps", "prefetch_steps", "N", "--offload-embeddings: steps ahead whose rows are copied to the cache while earlier steps train"),
     ],
     "evaluation": [
         ("--eval-ks", "eval_ks", "K,K", "cut-offs for Recall@K / NDCG@K, e.g. 20,50 (20 is always added)"),
@@ -83,6 +91,7 @@ def show_value(field: str, value: Any) -> str:
             "max_batches_per_epoch": "all",
             "threads": "the CPUs this process may use",
             "fanouts": "10 per layer",
+            "cache_rows": "sized to the steps and the look-ahead",
         }.get(field, "none")
     if isinstance(value, list):
         return ",".join(map(str, value))
@@ -135,13 +144,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="YAML mapping of settings (field names as in config.yaml)",
     )
     defaults = TrainConfig().to_dict()
+    groups = {}
     for group_name, rows in SETTINGS.items():
-        group = parser.add_argument_group(group_name)
+        group = groups[group_name] = parser.add_argument_group(group_name)
         for flag, field, metavar, text in rows:
             text = text if field == "data" else f"{text} (default: {show_default(field, defaults)})"
             group.add_argument(
                 flag, dest=field, metavar=metavar, help=text, default=argparse.SUPPRESS
             )
+    for flag, field, group_name, text in SWITCHES:
+        groups[group_name].add_argument(
+            flag, dest=field, action="store_const", const=True, default=argparse.SUPPRESS, help=text
+        )
     group = parser.add_argument_group("run control")
     group.add_argument(
         "--resume",

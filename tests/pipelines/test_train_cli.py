@@ -89,6 +89,12 @@ def bad_cases(data: Path, tmp: Path, finished: Path) -> list[tuple[str, list[str
         ("partitions-auto", ["--data", str(data), "--partitions", "2", "--bits", "auto", *new], "--partitions 2 runs in one process at fixed widths for now: drop --bits auto"),
         ("partitions-kgcn", ["--data", str(data), "--model", "kgcn", "--partitions", "2", *new], "KGCN draws a fixed number of neighbors per node: with --partitions add --sampler neighbor"),
         ("partitions-too-many", ["--data", str(data), "--partitions", "100000", *new], "--partitions 100000 exceeds the"),
+        ("offload-whole-graph", ["--data", str(data), "--offload-embeddings", *new], "--offload-embeddings trains through the sampled local path: add --sampler neighbor"),
+        ("offload-workers", ["--data", str(data), "--sampler", "neighbor", "--offload-embeddings", "--workers", "2", *new], "--offload-embeddings updates the tables in one process: drop --workers"),
+        ("offload-auto", ["--data", str(data), "--sampler", "neighbor", "--offload-embeddings", "--bits", "auto", *new], "--offload-embeddings runs at fixed widths"),
+        ("offload-bprmf", ["--data", str(data), "--model", "bprmf", "--sampler", "neighbor", "--offload-embeddings", *new], "BPRMF has no graph to sample: train it with --sampler none"),
+        ("cache-rows-alone", ["--data", str(data), "--sampler", "neighbor", "--cache-rows", "100", *new], "'cache_rows' sizes the device cache of offloaded tables: add --offload-embeddings"),
+        ("offload-partitions", ["--data", str(data), "--sampler", "neighbor", "--partitions", "2", "--offload-embeddings", *new], "--offload-embeddings reads rows ahead of sampled steps, not yet of partitions: drop --partitions"),
     ]  # fmt: skip
 
 
@@ -163,13 +169,18 @@ def train_command(data: Path, out: Path, store: Path, epochs: int, flags=()) -> 
 
 # KGAT on sampled subgraphs: batches and subgraphs made by a background thread
 SAMPLED = ["--model", "kgat", "--layers", "2", "--sampler", "neighbor", "--fanouts", "4,4"]
+# the same with its node table in host memory, a device cache smaller than it (and than a KG step
+# of 2048 triples would need), 3 steps of look-ahead
+OFFLOADED = [*SAMPLED, "--kg-batch-size", "64", "--offload-embeddings", "--cache-rows", "800", "--prefetch-steps", "3"]
 
 
 COMPARED = ("recall@20", "ndcg@20", "train_loss", "valid_history", "best_epoch", "best_valid",
             "activation_bytes", "epochs_trained")  # fmt: skip
 
 
-@pytest.mark.parametrize("flags", [[], SAMPLED], ids=["whole-graph", "sampled"])
+@pytest.mark.parametrize(
+    "flags", [[], SAMPLED, OFFLOADED], ids=["whole-graph", "sampled", "offloaded"]
+)
 def test_kill_9_then_resume_ends_with_the_uninterrupted_metrics(flags, tiny_dataset_dir, tmp_path):
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     store, epochs = tmp_path / "mlflow.db", 6
@@ -215,6 +226,11 @@ def test_kill_9_then_resume_ends_with_the_uninterrupted_metrics(flags, tiny_data
         waits = client.get_metric_history(run_id, "sampler_wait_seconds")
         assert {m.step for m in waits} == set(range(epochs))
         assert len(got["sampler_wait_seconds"]) == epochs
+    if "--offload-embeddings" in flags:  # the settings as params; the cache's figures in metrics.json
+        assert logged.data.params["offload_embeddings"] == "True"
+        assert logged.data.params["cache_rows"] == "800"
+        assert got["row_tables"]["offload"] is True and got["row_tables"]["cache_rows"] == 800
+        assert got["row_tables"]["stats"]["node_embedding"]["misses"] > 0
 
 
 @pytest.mark.parametrize("name", ["kgat", "kgin", "kgcn", "lightgcn", "bprmf", "quick"])

@@ -60,14 +60,14 @@ INT_FIELDS = frozenset(
     {
         "score_bits", "normalize_bits", "epochs", "seed", "batch_size", "kg_batch_size",
         "embed_dim", "n_layers", "kg_neighbors", "n_intents", "eval_every", "eval_batch_users",
-        "patience", "adapt_every", "workers", "partitions",
+        "patience", "adapt_every", "workers", "partitions", "prefetch_steps",
     }
 )  # fmt: skip
-OPTIONAL_INT_FIELDS = frozenset({"group_size", "max_batches_per_epoch", "threads"})
+OPTIONAL_INT_FIELDS = frozenset({"group_size", "max_batches_per_epoch", "threads", "cache_rows"})
 FLOAT_FIELDS = frozenset({"lr", "l2", "dropout", "auto_bits"})
 STR_FIELDS = frozenset({"data", "model", "scheme", "device", "out", "sampler"})
 OPTIONAL_STR_FIELDS = frozenset({"memory_budget"})
-BOOL_FIELDS = frozenset({"resume"})
+BOOL_FIELDS = frozenset({"resume", "sparse_adam", "offload_embeddings"})
 SPECIAL_FIELDS = frozenset({"bits", "eval_ks", "fanouts", "extra"})  # coerced by name in _coerce
 
 
@@ -117,6 +117,14 @@ class TrainConfig:
     # > 1: train on that many self-sufficient partitions of the graph, one at a time (each CF step
     # on its partition's interactions and graph only); 1 = off (scale.partitioned_training)
     partitions: int = 1
+    # sampled training only: the big embedding tables (the ones the local path reads through
+    # `rows`) updated row by row with SparseAdam (`scale.RowTables`) instead of dense Adam, on the
+    # device (`sparse_adam`), or in host memory with a device cache of `cache_rows` rows per table
+    # (None: sized to the steps) fed `prefetch_steps` steps ahead (`offload_embeddings`)
+    sparse_adam: bool = False
+    offload_embeddings: bool = False
+    cache_rows: int | None = None
+    prefetch_steps: int = 2
     resume: bool = False
     workers: int = 1  # data-parallel Ray Train workers; 1 trains in this process (tinykg_train.distributed)
     extra: dict[str, Any] = field(default_factory=dict)  # model-specific knobs, logged as params
@@ -152,6 +160,7 @@ class TrainConfig:
             raise ConfigError(
                 "bits auto measures sensitivities in one process; with workers > 1 each worker would choose its own widths: pass fixed --bits (1, 2, 4, 8 or 32)"
             )
+        self.validate_row_tables()
         if self.sampler != "none" and (self.adaptive or self.workers > 1):
             raise ConfigError(
                 f"--sampler {self.sampler} runs in one process at fixed widths for now: drop "
@@ -207,6 +216,37 @@ class TrainConfig:
                 "KGCN draws a fixed number of neighbors per node: with --partitions add "
                 "--sampler neighbor --fanouts K,K (positive counts, one per --layers)"
             )
+
+    def validate_row_tables(self) -> None:
+        """`sparse_adam` / `offload_embeddings` and their settings (one line, how to fix)."""
+        if self.cache_rows is not None and not self.offload_embeddings:
+            raise ConfigError(
+                "'cache_rows' sizes the device cache of offloaded tables: add --offload-embeddings or drop --cache-rows"
+            )
+        if self.prefetch_steps < 0:
+            raise ConfigError(
+                f"'prefetch_steps' needs to be >= 0 steps of look-ahead (got {self.prefetch_steps})"
+            )
+        if not self.row_wise_tables:
+            return
+        flag = "--offload-embeddings" if self.offload_embeddings else "--sparse-adam"
+        if self.workers > 1:
+            raise ConfigError(f"{flag} updates the tables in one process: drop --workers")
+        if self.adaptive:
+            raise ConfigError(f"{flag} runs at fixed widths: pass --bits 1, 2, 4, 8 or 32, not auto")
+        if self.sampler == "none":
+            raise ConfigError(
+                f"{flag} trains through the sampled local path: add --sampler neighbor"
+            )
+        if self.partitions > 1:
+            raise ConfigError(
+                f"{flag} reads rows ahead of sampled steps, not yet of partitions: drop --partitions"
+            )
+
+    @property
+    def row_wise_tables(self) -> bool:
+        """Whether the big tables are `scale.RowTables` (SparseAdam row by row), here or offloaded."""
+        return self.sparse_adam or self.offload_embeddings
 
     def validate_sampling(self) -> None:
         if self.sampler not in SAMPLERS:

@@ -84,10 +84,14 @@ def run_phase(
         if session.replica is not None:  # data parallel: the whole batch's gradients and loss
             loss = session.replica.average_gradients(model, loss)
         optimizer.step()
+        if session.tables is not None:  # SparseAdam on the step's rows of the big tables
+            session.tables.step()
         if probe is not None:
             probe.finish()
         total += loss.detach()
         steps += 1
+    if session.tables is not None:
+        session.tables.end_phase()
     mean = float(total) / max(steps, 1)
     if not math.isfinite(mean):
         raise TinyKGError(
@@ -102,7 +106,8 @@ def train_epoch(session: Session, epoch: int) -> dict[str, Any]:
     model.train()
     synchronize(session.device)
     start = time.perf_counter()
-    model.on_epoch_start(epoch)  # e.g. KGAT's attention refresh: part of the epoch's cost
+    with session.whole_model():
+        model.on_epoch_start(epoch)  # e.g. KGAT's attention refresh: part of the epoch's cost
     sampled = session.sampled  # sampled training: batches with subgraphs, their own losses
     if sampled is None:
         adapt_if_due(session, "cf", epoch, session.cf_batches, model.loss)
@@ -143,7 +148,8 @@ def evaluate_epoch(session: Session, epoch: int, row: dict[str, Any]) -> None:
     if not due:
         return
     start = time.perf_counter()
-    valid = evaluate_measured(session, "valid")  # the run's first also measures its memory
-    row["eval_seconds"] = time.perf_counter() - start
-    row.update(valid)
-    row["improved"] = session.state.observe(epoch, valid, session.model, config.patience)
+    with session.whole_model():
+        valid = evaluate_measured(session, "valid")  # the run's first also measures its memory
+        row["eval_seconds"] = time.perf_counter() - start
+        row.update(valid)
+        row["improved"] = session.state.observe(epoch, valid, session.model, config.patience)

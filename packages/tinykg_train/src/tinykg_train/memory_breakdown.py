@@ -102,12 +102,19 @@ def gradient_bytes(model: torch.nn.Module) -> int:
 
 
 def held_parts(session) -> dict[str, int]:
-    """What the session holds between steps: the model's parts, optimizer state and gradients."""
-    return {
+    """What the session holds between steps: the model's parts, optimizer state and gradients;
+    row-wise tables (`session.tables`) add their device rows and Adam state."""
+    parts = {
         **model_parts(session.model),
         "optimizer_state": optimizer_state_bytes(session.optimizer),
         "gradients": gradient_bytes(session.model),
     }
+    tables = getattr(session, "tables", None)
+    if tables is not None:
+        device = tables.device_bytes()
+        parts["embedding_tables"] += device["tables"]
+        parts["optimizer_state"] += device["optimizer"]
+    return parts
 
 
 class StepProbe:

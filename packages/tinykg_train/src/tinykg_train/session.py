@@ -10,6 +10,7 @@ are called here, in `epoch.run_phase` and in `trainer.fit`.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,14 +32,17 @@ from tinykg_train.precision import build_precision
 from tinykg_train.run_dir import RunDir
 from tinykg_train.scale.partitioned_training import partitioned_batches
 from tinykg_train.scale.sampled_training import sampled_batches
+from tinykg_train.scale.table_training import table_training
 from tinykg_train.training_state import TrainingState
 
 # build_model(name, dataset, config) -> Recommender (see tinykg_train.models)
 ModelBuilder = Callable[[str, Any, TrainConfig], Any]
 
 # Settings a resumed run may change without invalidating the checkpoint.
+# (`cache_rows` and `prefetch_steps` change where rows sit and when they are copied, never a number.)
 RESUMABLE_CHANGES = frozenset(
     {"resume", "epochs", "device", "out", "data", "eval_batch_users", "threads"}
+    | {"cache_rows", "prefetch_steps"}
 )
 
 
@@ -72,6 +76,13 @@ class Session:
     # `scale.sampled_training.SampledBatches` with --sampler neighbor, its subclass
     # `scale.partitioned_training.PartitionedBatches` with --partitions N
     sampled: Any | None = None
+    # `scale.table_training.TableTraining` with --sparse-adam / --offload-embeddings
+    tables: Any | None = None
+
+    def whole_model(self):
+        """A context in which the model holds its whole embedding tables (they live in `tables`
+        between its blocks under --sparse-adam / --offload-embeddings)."""
+        return contextlib.nullcontext() if self.tables is None else self.tables.whole_tables()
 
 
 def evaluation_ks(config: TrainConfig) -> tuple[int, ...]:
@@ -145,13 +156,14 @@ def open_session(
         kg_batches = (
             KGBatches(dataset, config.kg_batch_size, config.seed) if model.has_kg_phase else None
         )
+    tables = table_training(config, model, device)  # takes the big tables out of the model
     session = Session(
         config=config,
         run=run,
         device=device,
         dataset=dataset,
         model=model,
-        optimizer=torch.optim.Adam(model.parameters(), lr=config.lr),
+        optimizer=dense_adam(model if tables is None else tables.dense_parameters(), config.lr),
         cf_batches=cf_batches,
         kg_batches=kg_batches,
         evaluator=RankingEvaluator(dataset, evaluation_ks(config), config.eval_batch_users, device),
@@ -161,7 +173,10 @@ def open_session(
         else config.compression_config(),
         replica=replica,
         sampled=sampled,
+        tables=tables,
     )
+    if tables is not None:
+        session.sampled.tables = tables
     session.precision = build_precision(config, session.compression)
     if replica is not None:
         replica.attach(session)
@@ -170,11 +185,20 @@ def open_session(
     return session
 
 
+def dense_adam(parameters, lr: float) -> torch.optim.Adam:
+    """The run's Adam over a model's parameters, or a list of them (possibly empty: every
+    parameter of the model may be a row-wise table)."""
+    parameters = list(parameters.parameters() if hasattr(parameters, "parameters") else parameters)
+    return torch.optim.Adam([{"params": parameters}], lr=lr)
+
+
 def restore(session: Session, checkpoint: dict[str, Any]) -> None:
     """Put a checkpoint's weights, optimizer state, progress and RNG states into the session."""
     session.model.load_state_dict(checkpoint["model"])
     session.optimizer.load_state_dict(checkpoint["optimizer"])
     session.state = TrainingState.from_dict(checkpoint["state"])
+    if session.tables is not None:
+        session.tables.load_state_dict(checkpoint["row_tables"])
     replica = session.replica
     restore_rng_state(checkpoint["rng"] if replica is None else replica.rng_state(checkpoint))
     if session.precision is not None and checkpoint.get("precision"):
@@ -192,6 +216,7 @@ def save_session(session: Session) -> None:
         "config": session.config.to_dict(),
         "dataset_fingerprint": session.dataset.fingerprint,
         "precision": None if session.precision is None else session.precision.state_dict(),
+        "row_tables": None if session.tables is None else session.tables.state_dict(),
     }
     if session.replica is not None:  # rank 0 writes it with every rank's RNG state
         session.replica.save(session, payload)

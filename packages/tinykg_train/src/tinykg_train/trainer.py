@@ -147,6 +147,8 @@ def final_result(
     partition_summary = getattr(session.sampled, "partition_summary", None)
     if partition_summary is not None:  # --partitions N: replication, nodes per partition...
         result.update(partition_summary())
+    if session.tables is not None:  # settings, bytes on the device and the host, cache counts
+        result["row_tables"] = session.tables.report()
     return result
 
 
@@ -162,7 +164,10 @@ def finish(
     state, run = session.state, session.run
     if state.best_model is None:
         raise TinyKGError(f"{run.path}: no epoch was evaluated, so there is no best model to test")
-    session.model.load_state_dict(state.best_model)
+    if session.tables is None:
+        session.model.load_state_dict(state.best_model)
+    else:  # the tables live in `tables` while training; the best epoch's are in best_model
+        session.tables.load_whole_model(state.best_model)
     test = session.evaluator.evaluate(session.model, "test")
     result = final_result(session, test, device_label, kernels_since)
     if not is_leader(session):

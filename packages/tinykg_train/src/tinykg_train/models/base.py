@@ -47,6 +47,9 @@ class Recommender(CompressedModule):
     #: Model-specific knobs read from `config.extra`, with their defaults (the built-in models take
     #: theirs from `tinykg_train.model_defaults.KNOBS`, which also has their types).
     EXTRA_DEFAULTS: dict[str, Any] = {}
+    #: The big embedding tables (rows per user, item, entity or node) the local path reads through
+    #: `rows`: what `--sparse-adam` / `--offload-embeddings` train row by row (`scale.RowTables`).
+    embedding_tables: tuple[str, ...] = ()
 
     def __init__(self, dataset, config) -> None:
         super().__init__()

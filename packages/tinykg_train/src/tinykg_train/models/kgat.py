@@ -46,6 +46,7 @@ class KGAT(EmbeddingRecommender):
 
     has_kg_phase = True
     EXTRA_DEFAULTS = extra_defaults("kgat")  # pretrained: a BPR-MF run dir to start from
+    embedding_tables = ("node_embedding",)
 
     def __init__(self, dataset, config) -> None:
         super().__init__(dataset, config)

@@ -65,6 +65,8 @@ class ScoringPlan:
 class KGCN(Recommender):
     """Knowledge Graph Convolutional Network with the sum aggregator."""
 
+    embedding_tables = ("user_embedding", "entity_embedding")
+
     def __init__(self, dataset, config) -> None:
         super().__init__(dataset, config)
         if config.n_layers < 1:

@@ -140,6 +140,7 @@ class KGIN(EmbeddingRecommender):
     `independence_weight`, `edge_dropout`."""
 
     EXTRA_DEFAULTS = extra_defaults("kgin")  # types and allowed values: model_defaults.KNOBS
+    embedding_tables = ("user_embedding", "entity_embedding")
 
     def __init__(self, dataset, config) -> None:
         super().__init__(dataset, config)

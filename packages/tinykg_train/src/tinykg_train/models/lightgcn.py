@@ -44,6 +44,7 @@ class LightGCN(EmbeddingRecommender):
     """
 
     follows_kg = False
+    embedding_tables = ("embedding",)
 
     def __init__(self, dataset, config) -> None:
         super().__init__(dataset, config)

@@ -46,6 +46,9 @@ class SampledBatches:
         self._epoch: int | None = None
         self._steps = self._nodes = 0
         self._wait_seconds = 0.0
+        # `scale.table_training.TableTraining` under --sparse-adam / --offload-embeddings: the big
+        # tables read through its gathered rows, the batches read ahead for its prefetch
+        self.tables: Any = None
 
     def __len__(self) -> int:
         return len(self.cf_batches)
@@ -78,7 +81,8 @@ class SampledBatches:
         producer = self._producer
         if producer is None or self._epoch != epoch:
             raise TinyKGError(f"sampled batches of epoch {epoch} are read inside running({epoch})")
-        for item in producer:
+        items = producer if self.tables is None else self.tables.lookahead(producer)
+        for item in items:
             self._steps += 1
             self._nodes += graph_size(item[3])
             yield item
@@ -99,11 +103,15 @@ class SampledBatches:
     # -- the losses the phases call -------------------------------------------------------------
 
     def cf_loss(self, users, pos_items, neg_items, graph):
+        if self.tables is not None:
+            return self.tables.cf_loss(users, pos_items, neg_items, graph)
         return self.model.local_loss(
             users, pos_items, neg_items, graph, self.model.parameter_rows()
         )
 
     def kg_loss(self, *batch):
+        if self.tables is not None:
+            return self.tables.kg_loss(*batch)
         return self.model.kg_loss(*batch, rows=self.model.parameter_rows())
 
 
