@@ -237,6 +237,22 @@ def read_rounds(path: Path) -> list[dict[str, float]]:
     return json.loads(path.read_text()) if path.is_file() else []
 
 
+def usable_configs(group: Group, widths, data: Path, plan, sets, out: Path) -> dict[str, Any]:
+    """Each width's config of a group; a width the group's mode refuses (e.g. `auto` with a sampled
+    mode) is left out with a note, not the whole matrix. FP32's refusal is the plan's error."""
+    from tinykg_train.errors import ConfigError
+
+    configs = {}
+    for width in widths:
+        try:
+            configs[width] = run_config(group, width, data, plan, sets, out)
+        except ConfigError as exc:
+            if width == FP32:
+                raise
+            print(f"skipped: {group.label} {width_label(width)}: {exc}", file=sys.stderr)
+    return configs
+
+
 def train_group(group: Group, configs: dict[str, Any], out: Path, threads: int) -> list[str]:
     """Train the unfinished widths of a group, epochs taking turns; returns the widths that failed."""
     pending = {w: c for w, c in configs.items() if finished_metrics(c) is None}
@@ -407,8 +423,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             Group(d, mode, m, s) for s in seeds for d in datasets for mode in modes for m in models
         ]
         configs = {
-            g: {w: run_config(g, w, data[g.dataset], plan, sets, args.out) for w in widths}
-            for g in groups
+            g: usable_configs(g, widths, data[g.dataset], plan, sets, args.out) for g in groups
         }
     except (TinyKGError, DatasetUnavailable) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -109,3 +109,24 @@ def test_a_run_dir_with_other_settings_stops_the_matrix(tiny_dataset_dir: Path, 
                 "--no-write",
             ]
         )
+
+
+def test_a_width_a_mode_refuses_is_left_out_and_fp32_s_refusal_stops_the_matrix(tmp_path: Path):
+    from benchmarks.bench_matrix import Group, usable_configs
+    from tinykg_train.errors import ConfigError
+
+    plan = {
+        "datasets": {"d": {}},
+        "modes": {"whole": {}, "sampled": {"sampler": "neighbor"}},
+        "train": {"epochs": 1},
+    }
+    whole, sampled = Group("d", "whole", "kgat", 0), Group("d", "sampled", "kgat", 0)
+    assert set(usable_configs(whole, ["32", "2", "auto"], tmp_path, plan, {}, tmp_path)) == {
+        "32", "2", "auto",
+    }  # fmt: skip
+    assert set(usable_configs(sampled, ["32", "2", "auto"], tmp_path, plan, {}, tmp_path)) == {
+        "32", "2",
+    }  # fmt: skip
+    plan["modes"]["sampled"]["fanouts"] = [5]  # one count for three layers: every width refuses
+    with pytest.raises(ConfigError, match="'fanouts' needs one count per layer"):
+        usable_configs(sampled, ["32", "2"], tmp_path, plan, {}, tmp_path)
