@@ -50,6 +50,7 @@ def _private_token(folder: Path) -> Iterator[None]:
         handle.write(secrets.token_hex(32))
     saved = os.environ.get("RAY_AUTH_TOKEN_PATH")
     os.environ["RAY_AUTH_TOKEN_PATH"] = str(path)
+    _forget_loaded_token()
     try:
         yield
     finally:
@@ -57,6 +58,17 @@ def _private_token(folder: Path) -> Iterator[None]:
             os.environ.pop("RAY_AUTH_TOKEN_PATH", None)
         else:
             os.environ["RAY_AUTH_TOKEN_PATH"] = saved
+        _forget_loaded_token()
+
+
+def _forget_loaded_token() -> None:
+    """Ray keeps the first token it read for the rest of the process: drop it, so that a connection
+    made earlier in this process (another cluster, another token) does not send the old one."""
+    try:
+        from ray._raylet import AuthenticationTokenLoader
+    except ImportError:  # a Ray without token auth has no token to forget
+        return
+    AuthenticationTokenLoader.instance().reset_cache()
 
 
 def check_connection_args(address: str | None, num_cpus: int | None, num_gpus: int | None) -> None:
