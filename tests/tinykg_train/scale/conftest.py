@@ -1,4 +1,5 @@
-"""Shared training steps for the RowTables tests: a BPR-like loss over user and entity tables plus a
+"""The tiny dataset and its collaborative KG, opened once per test module; and shared training
+steps for the RowTables tests: a BPR-like loss over user and entity tables plus a
 relation table of another width, with skewed (power-law-like) ids so steps overlap, duplicates in
 every lookup, steps that leave the relation table out, and steps that gather it without using it."""
 
@@ -10,6 +11,23 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
+
+
+@pytest.fixture(scope="module")
+def dataset(tiny_dataset_dir):
+    """The tiny dataset (tests/conftest.py), opened as a `kg_data.KGDataset`."""
+    from kg_data import KGDataset
+
+    return KGDataset.open(tiny_dataset_dir)
+
+
+@pytest.fixture(scope="module")
+def ckg(dataset):
+    """The tiny dataset's collaborative KG."""
+    from kg_data import CKG
+
+    return CKG.from_dataset(dataset)
+
 
 SIZES = {"user": (1500, 8), "entity": (3000, 8), "relation": (40, 5)}
 LR, BETAS, EPS = 0.02, (0.9, 0.99), 1e-7

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from kg_data import CKG, KGDataset
+from kg_data import CKG
 from kg_data.graph import INTERACTED_BY
 from kg_data.partition import kg_neighborhood
 from tinykg_train.compress import compress_saved_tensors
@@ -22,16 +22,6 @@ from tinykg_train.scale.partitioned_training import (
 )
 
 LAYERS = 2
-
-
-@pytest.fixture(scope="module")
-def dataset(tiny_dataset_dir) -> KGDataset:
-    return KGDataset.open(tiny_dataset_dir)
-
-
-@pytest.fixture(scope="module")
-def ckg(dataset) -> CKG:
-    return CKG.from_dataset(dataset)
 
 
 @pytest.fixture(scope="module")

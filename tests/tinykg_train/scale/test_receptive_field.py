@@ -6,14 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kg_data import CKG, KGDataset
+from kg_data import CKG
 from tinykg_train.errors import ConfigError
 from tinykg_train.scale.receptive_field import ReceptiveFieldSampler
-
-
-@pytest.fixture(scope="module")
-def dataset(tiny_dataset_dir) -> KGDataset:
-    return KGDataset.open(tiny_dataset_dir)
 
 
 @pytest.fixture(scope="module")

@@ -9,16 +9,11 @@ import time
 import pytest
 import torch
 
-from kg_data import BPRBatches, KGDataset
+from kg_data import BPRBatches
 from tinykg_train.config import TrainConfig
 from tinykg_train.errors import ConfigError, TinyKGError
 from tinykg_train.models import build_model
 from tinykg_train.scale.sampled_training import SampledBatches, sampled_batches
-
-
-@pytest.fixture(scope="module")
-def dataset(tiny_dataset_dir) -> KGDataset:
-    return KGDataset.open(tiny_dataset_dir)
 
 
 def config(**overrides) -> TrainConfig:

@@ -7,19 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from kg_data import CKG, BPRBatches, KGDataset
+from kg_data import CKG, BPRBatches
 from tinykg_train.errors import ConfigError, TinyKGError
 from tinykg_train.scale.subgraphs import NeighborStepSampler, layer_blocks, restrict_relations
-
-
-@pytest.fixture(scope="module")
-def dataset(tiny_dataset_dir) -> KGDataset:
-    return KGDataset.open(tiny_dataset_dir)
-
-
-@pytest.fixture(scope="module")
-def ckg(dataset) -> CKG:
-    return CKG.from_dataset(dataset)
 
 
 @pytest.fixture(scope="module")
