@@ -104,14 +104,15 @@ def detail_table(results: list[dict]) -> str:
         if not r["fits"]:
             continue
         cf = (r.get("memory_breakdown") or {}).get("cf", {})
+        evaluation = (r.get("memory_breakdown") or {}).get("evaluation", {})
         rows.append([
             r["size"], r["mode"], mib(r["peak_rss_bytes"]), mib(r.get("cuda_max_memory_allocated")),
-            mib(r.get("activation_bytes")), mib(cf.get("peak")),
+            mib(r.get("activation_bytes")), mib(cf.get("peak")), mib(evaluation.get("peak")),
             " / ".join(mib(cf.get(k)) for k in ("embedding_tables", "graph_buffers", "optimizer_state",
                                                 "activations", "temporaries")),
         ])  # fmt: skip
     headers = ["size", "mode", "peak RSS MiB", "CUDA max allocated MiB", "activation MiB",
-               "CF step peak MiB", "tables / graph / Adam / act / temp MiB"]  # fmt: skip
+               "CF step peak MiB", "evaluation peak MiB", "tables / graph / Adam / act / temp MiB"]  # fmt: skip
     return markdown_table(headers, rows)
 
 
@@ -192,7 +193,8 @@ def report(
         "Largest size trained within the limit: "
         + ", ".join(f"{mode} **{best[mode] or 'none'}**" for mode in modes)
         + ".",
-        "Per run that fit (metrics.json: `activation_bytes`, the CF step's `memory_breakdown`):",
+        "Per run that fit (metrics.json: `activation_bytes`; the CF step's and the valid ranking's "
+        "`memory_breakdown` peaks, torch tensors only, and the CF step's parts):",
         detail_table(results),
     ]
     if figure:

@@ -82,9 +82,12 @@ def run_child(command: list[str], log: Path, limit: int | None) -> dict:
     seconds = time.perf_counter() - start
     stdout, stderr = Path(f"{log}.out").read_text(), Path(f"{log}.err").read_text()
     if child.returncode != 0:
-        if child.returncode < 0 or OUT_OF_MEMORY.search(stderr):
-            reason = f"signal {-child.returncode}" if child.returncode < 0 else "allocation failed"
-            raise OutOfMemory(reason)
+        if child.returncode < 0:
+            raise OutOfMemory(f"signal {-child.returncode}")
+        if OUT_OF_MEMORY.search(stderr):
+            raise OutOfMemory("allocation failed")
+        if limit is not None and not stderr.strip():  # too short of memory to print a traceback
+            raise OutOfMemory(f"exit {child.returncode} without a message")
         raise RuntimeError(f"{' '.join(command)} failed ({child.returncode}):\n{stderr[-3000:]}")
     return {"seconds": seconds, "peak_rss_bytes": usage.ru_maxrss * 1024, "stdout": stdout}
 
