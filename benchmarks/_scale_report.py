@@ -168,6 +168,7 @@ def report(
     modes: list[str],
     settings: dict,
     figure: str | None,
+    trainings: list[dict] | None = None,
 ) -> str:
     """The section's body: what was run, the ingest table, the size x mode table, the largest size
     per mode, the step details and the figure link."""
@@ -197,6 +198,34 @@ def report(
         "`memory_breakdown` peaks, torch tensors only, and the CF step's parts):",
         detail_table(results),
     ]
+    parts.append(training_text(trainings or [], ingests, settings))
     if figure:
         parts.append(f"![graph size against peak memory per mode]({figure})")
     return "\n\n".join(parts)
+
+
+def training_text(trainings: list[dict], ingests: list[dict], settings: dict) -> str:
+    """The full trainings at the largest size (`--train-epochs`): their test Recall@20 against a
+    random ranking's (20 / items), or a line saying the check was not run."""
+    epochs = settings.get("train_epochs") or 0
+    if not epochs or not trainings:
+        return (
+            "Recall@20 check: not run (`--train-epochs 0`): the table shows what fits the limit, "
+            "not what trains to a useful model."
+        )
+    items = {i["size"]: i["n_items"] for i in ingests}
+    rows = [
+        [t["size"], t["mode"], t["epochs"], f"{t['recall@20']:.4f}", f"{t['ndcg@20']:.4f}",
+         f"{20 / items[t['size']]:.4f}", mib(t["peak_rss_bytes"]), f"{t['minutes']:.1f}"]
+        if t["fits"]
+        else [t["size"], t["mode"], "-", f"does not fit ({t['failure']})", "-", "-", "-", "-"]
+        for t in trainings
+    ]  # fmt: skip
+    headers = ["size", "mode", "epochs", "test Recall@20", "test NDCG@20", "random Recall@20 ~",
+               "peak RSS MiB", "minutes"]  # fmt: skip
+    return (
+        f"Full training at the largest size, up to {epochs} epoch(s) of every batch under the same "
+        "limit, the valid ranking after each; test metrics of the best valid epoch (metrics.json). "
+        "*random* is a random ranking's expected Recall@20 (20 / items), the floor a model that "
+        "learned nothing would reach:\n\n" + markdown_table(headers, rows)
+    )

@@ -108,6 +108,7 @@ def ingest(preset: SizePreset, raw: Path, data: Path) -> dict:
     return {
         "size": preset.name,
         "n_entities": meta["n_entities"],
+        "n_items": meta["n_items"],
         "n_triples": meta["n_triples"],
         "n_interactions": sum(meta["n_interactions"].values()),
         "n_train": meta["n_interactions"]["train"],
@@ -118,20 +119,32 @@ def ingest(preset: SizePreset, raw: Path, data: Path) -> dict:
     }
 
 
-def train(mode: str, data: Path, out: Path, args: argparse.Namespace, n_train: int) -> dict:
-    """One mode's run in a fresh `python -m pipelines.train` child under the memory limit."""
+def train_child(
+    mode: str, data: Path, out: Path, args: argparse.Namespace, flags: list[str]
+) -> tuple[dict, dict | None]:
+    """`python -m pipelines.train` of `mode` with `flags` in a fresh child under the memory limit
+    (on CPU): (its seconds and peak RSS, its metrics.json), or ({"failure": why}, None) when it ran
+    out of memory."""
     command = [
         sys.executable, "-m", "pipelines.train", "--data", str(data), "--out", str(out),
-        "--model", args.model, "--epochs", "1", "--max-batches-per-epoch", str(args.steps),
-        "--threads", str(args.threads), "--device", args.device, "--no-mlflow", *MODES[mode],
+        "--model", args.model, "--threads", str(args.threads), "--device", args.device,
+        "--no-mlflow", *flags, *MODES[mode],
     ]  # fmt: skip
     cpu_limit = args.memory_limit if args.device != "cuda" else None
-    result = {"mode": mode, "fits": True}
     try:
         done = run_child(command, out.with_suffix(".train"), limit=cpu_limit)
     except OutOfMemory as exc:
-        return {**result, "fits": False, "failure": str(exc)}
-    metrics = json.loads((out / "metrics.json").read_text())
+        return {"failure": str(exc)}, None
+    return done, json.loads((out / "metrics.json").read_text())
+
+
+def train(mode: str, data: Path, out: Path, args: argparse.Namespace, n_train: int) -> dict:
+    """One mode's `--steps` CF steps (one epoch, then the ranking): memory and step time."""
+    flags = ["--epochs", "1", "--max-batches-per-epoch", str(args.steps)]
+    done, metrics = train_child(mode, data, out, args, flags)
+    result = {"mode": mode, "fits": metrics is not None}
+    if metrics is None:
+        return {**result, **done}
     steps = min(args.steps, math.ceil(n_train / metrics["config"]["batch_size"]))
     cuda_peak = metrics.get("cuda_max_memory_allocated")
     result.update(
@@ -147,12 +160,13 @@ def train(mode: str, data: Path, out: Path, args: argparse.Namespace, n_train: i
     return result
 
 
-def run(args: argparse.Namespace, work: Path) -> tuple[list[dict], list[dict]]:
+def run(args: argparse.Namespace, work: Path) -> tuple[list[dict], list[dict], list[dict]]:
     """Every size in turn: generate, ingest, then the modes in turn (the order reversed at every other
-    size); a mode that did not fit is not tried at larger sizes."""
+    size); a mode that did not fit is not tried at larger sizes. At the last size, with
+    `--train-epochs`, a full training of each mode that fit there (`train_to_recall`)."""
     from tqdm import tqdm
 
-    ingests, results, over = [], [], set()
+    ingests, results, trainings, over = [], [], [], set()
     progress = tqdm(total=len(args.sizes) * (1 + len(args.modes)), desc="scale", disable=None)
     for index, preset in enumerate(args.sizes):
         raw, data = work / f"{preset.name}-raw", work / f"{preset.name}-data"
@@ -177,9 +191,31 @@ def run(args: argparse.Namespace, work: Path) -> tuple[list[dict], list[dict]]:
                 shutil.rmtree(out, ignore_errors=True)
             progress.update()
             progress.write(f"{preset.name} {mode}: {brief(results[-1])}")
+        if preset is args.sizes[-1] and args.train_epochs:
+            fitted = [
+                m for m in args.train_modes or args.modes if m in args.modes and m not in over
+            ]
+            for mode in fitted:
+                trainings.append({"size": preset.name, **train_to_recall(mode, data, work, args)})
+                progress.write(f"{preset.name} {mode} trained: {trainings[-1]}")
         shutil.rmtree(data)
     progress.close()
-    return ingests, results
+    return ingests, results, trainings
+
+
+def train_to_recall(mode: str, data: Path, work: Path, args: argparse.Namespace) -> dict:
+    """`--train-epochs` full epochs of `mode` (all batches, the valid ranking after each) under the
+    limit: the test Recall@20 and NDCG@20 of the best valid epoch, peak RSS, minutes."""
+    out = work / f"full-{mode}"
+    done, metrics = train_child(mode, data, out, args, ["--epochs", str(args.train_epochs)])
+    shutil.rmtree(out, ignore_errors=True)
+    if metrics is None:
+        return {"mode": mode, "fits": False, **done}
+    return {
+        "mode": mode, "fits": True, "epochs": metrics["epochs_trained"],
+        "recall@20": metrics["recall@20"], "ndcg@20": metrics["ndcg@20"],
+        "peak_rss_bytes": done["peak_rss_bytes"], "minutes": done["seconds"] / 60,
+    }  # fmt: skip
 
 
 def brief(result: dict) -> str:
@@ -210,6 +246,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--memory-limit", default="16GB",
                         help="RLIMIT_DATA of each training child, e.g. 3GB (default 16GB)")  # fmt: skip
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--train-epochs", type=int, default=0,
+                        help="then train the modes that fit the largest size for N full epochs "
+                        "and report their test Recall@20 (default 0: skip)")  # fmt: skip
+    parser.add_argument("--train-modes", type=comma_list(choices=list(MODES)),
+                        help="--train-epochs: only these modes (default: every mode that fit)")  # fmt: skip
     parser.add_argument(
         "--work-dir", type=Path, help="for the datasets and runs (default: a temp dir)"
     )
@@ -222,8 +263,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.memory_limit = parse_size(args.memory_limit, "--memory-limit")
     except ConfigError as exc:
         parser.error(str(exc))
-    if args.steps < 1 or args.threads < 1:
-        parser.error("--steps and --threads need to be at least 1")
+    if args.steps < 1 or args.threads < 1 or args.train_epochs < 0:
+        parser.error("--steps and --threads need to be at least 1, --train-epochs at least 0")
     return args
 
 
@@ -242,7 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench_scale_") as tmp:
         work = args.work_dir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        ingests, results = run(args, work)
+        ingests, results, trainings = run(args, work)
     section = section_name("scale", args.device)
     figure = None
     if figures is not None:
@@ -250,8 +291,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         plot(results, ingests, args.modes, args.memory_limit, figures / name)
         figure = f"benchmarks/figures/{name}"
     settings = {"model": args.model, "steps": args.steps, "threads": args.threads,
+                "train_epochs": args.train_epochs,
                 "memory_limit": args.memory_limit, "memory_limit_text": args.memory_limit_text}  # fmt: skip
-    body = report(results, ingests, args.modes, settings, figure)
+    body = report(results, ingests, args.modes, settings, figure, trainings)
     print(body)
     publish_section(section, f"Scale: graph size against training memory ({args.device})", body,
                     write=args.write)  # fmt: skip

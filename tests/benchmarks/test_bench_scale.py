@@ -16,6 +16,7 @@ from benchmarks._scale_report import (
     parse_size_preset,
     report,
     results_table,
+    training_text,
 )
 
 
@@ -113,18 +114,20 @@ def test_a_child_that_cannot_allocate_does_not_fit_and_other_failures_raise(tmp_
     assert done["stdout"] == "ok\n" and done["peak_rss_bytes"] > 0
 
 
-def test_tiny_run_of_two_modes_reports_both_and_leaves_benchmarks_md_alone(
+def test_tiny_run_of_two_modes_reports_both_a_full_training_and_leaves_benchmarks_md_alone(
     tmp_path, monkeypatch, capsys
 ):
     md = tmp_path / "BENCHMARKS.md"
     monkeypatch.setenv("TINYKG_BENCHMARKS_MD", str(md))
     argv = ["--sizes", "5k", "--modes", "fp32-whole,int2-sampled", "--steps", "1", "--device", "cpu",
-            "--memory-limit", "3GB", "--work-dir", str(tmp_path / "work"), "--no-write"]  # fmt: skip
+            "--memory-limit", "3GB", "--work-dir", str(tmp_path / "work"), "--no-write",
+            "--train-epochs", "1", "--train-modes", "int2-sampled"]  # fmt: skip
     assert bench_scale.main(argv) == 0
     out = capsys.readouterr().out
     assert "| size | fp32-whole | int2-sampled |" in out
     cell = r"[\d,]+ MiB / [\d.]+ s / fits"
     assert re.search(rf"^\| 5k \| {cell} \| {cell} \|$", out, re.MULTILINE)
+    assert re.search(r"^\| 5k \| int2-sampled \| 1 \| 0\.\d{4} \|", out, re.MULTILINE)
     assert not md.exists()
 
 
@@ -139,3 +142,16 @@ def test_bad_memory_limit_exits_2_with_the_form(capsys):
         bench_scale.main(["--memory-limit", "lots", "--no-write"])
     assert exit_info.value.code == 2
     assert "300MB" in capsys.readouterr().err
+
+
+def test_training_text_sets_recall_beside_a_random_ranking_or_says_it_was_not_run():
+    ingests = [{"size": "1m", "n_items": 25_000}]
+    trainings = [
+        {"size": "1m", "mode": "int2-sampled", "fits": True, "epochs": 2, "recall@20": 0.0512,
+         "ndcg@20": 0.0301, "peak_rss_bytes": 1500 * 2**20, "minutes": 7.25},
+        {"size": "1m", "mode": "fp32-whole", "fits": False, "failure": "allocation failed"},
+    ]  # fmt: skip
+    text = training_text(trainings, ingests, {"train_epochs": 2})
+    assert "| 1m | int2-sampled | 2 | 0.0512 | 0.0301 | 0.0008 | 1,500 | 7.2 |" in text
+    assert "| 1m | fp32-whole | - | does not fit (allocation failed) |" in text
+    assert "not run" in training_text([], ingests, {"train_epochs": 0})
