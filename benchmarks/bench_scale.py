@@ -27,6 +27,7 @@ import os
 import re
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -51,6 +52,11 @@ OUT_OF_MEMORY = re.compile(
     r"memory allocation of \d+ bytes failed|std::bad_alloc",
     re.IGNORECASE,
 )
+
+
+#: how a process short of memory dies without a word: the OOM killer, an abort on a failed
+#: allocation (Rust, C++), a fault on a failed one
+MEMORY_SIGNALS = {signal.SIGKILL, signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS}
 
 
 class OutOfMemory(Exception):
@@ -82,8 +88,8 @@ def run_child(command: list[str], log: Path, limit: int | None) -> dict:
     seconds = time.perf_counter() - start
     stdout, stderr = Path(f"{log}.out").read_text(), Path(f"{log}.err").read_text()
     if child.returncode != 0:
-        if child.returncode < 0:
-            raise OutOfMemory(f"signal {-child.returncode}")
+        if -child.returncode in MEMORY_SIGNALS:
+            raise OutOfMemory(f"killed by {signal.Signals(-child.returncode).name}")
         if OUT_OF_MEMORY.search(stderr):
             raise OutOfMemory("allocation failed")
         if limit is not None and not stderr.strip():  # too short of memory to print a traceback

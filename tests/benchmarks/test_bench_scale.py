@@ -106,6 +106,12 @@ def test_a_child_that_cannot_allocate_does_not_fit_and_other_failures_raise(tmp_
     hog = [sys.executable, "-c", "bytearray(2 * 10**9)"]
     with pytest.raises(bench_scale.OutOfMemory):
         bench_scale.run_child(hog, tmp_path / "hog", limit=500 * 10**6)
+    killed = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]
+    with pytest.raises(bench_scale.OutOfMemory, match="SIGKILL"):  # as the OOM killer does
+        bench_scale.run_child(killed, tmp_path / "killed", limit=None)
+    terminated = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"]
+    with pytest.raises(RuntimeError, match="failed"):
+        bench_scale.run_child(terminated, tmp_path / "terminated", limit=None)
     with pytest.raises(RuntimeError, match="ValueError"):
         bench_scale.run_child(
             [sys.executable, "-c", "raise ValueError"], tmp_path / "bad", limit=None
