@@ -141,21 +141,24 @@ def plot(
     size_of = {i["size"]: i["n_triples"] + i["n_interactions"] for i in ingests}
     fig, ax = plt.subplots(figsize=(6.5, 3.6), dpi=100)
     colors = plt.get_cmap("viridis")([i / max(len(modes) - 1, 1) for i in range(len(modes))])
-    for mode, color in zip(modes, colors, strict=True):
+    for index, (mode, color) in enumerate(zip(modes, colors, strict=True)):
         runs = sorted((r for r in results if r["mode"] == mode), key=lambda r: size_of[r["size"]])
         fit = [r for r in runs if r["fits"]]
         ax.plot([size_of[r["size"]] for r in fit], [r["peak_rss_bytes"] / 2**20 for r in fit],
                 marker="o", color=color, label=mode)  # fmt: skip
-        over = [size_of[r["size"]] for r in runs if not r["fits"]]
+        nudge = 1 + 0.05 * (index - (len(modes) - 1) / 2)  # side by side, not on top of each other
+        over = [size_of[r["size"]] * nudge for r in runs if not r["fits"]]
         ax.scatter(over, [limit / 2**20] * len(over), marker="x", color=color, s=60)
     ax.axhline(limit / 2**20, color="black", linestyle="--", linewidth=1)
-    ax.text(ax.get_xlim()[0], limit / 2**20, " memory limit", va="bottom", fontsize=8)
+    ax.text(0.01, limit / 2**20, "memory limit", transform=ax.get_yaxis_transform(), va="bottom",
+            fontsize=8)  # fmt: skip
+    ax.set_ylim(top=limit / 2**20 * 1.25)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("triples + interactions")
     ax.set_ylabel("peak memory MiB")
     ax.set_title("Peak memory per training mode (x: did not fit)", fontsize=10)
-    ax.legend(fontsize=7, loc="upper left", frameon=False)
+    ax.legend(fontsize=7, loc="lower right", frameon=False)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
