@@ -35,6 +35,7 @@ BENCHMARKS = (
     "epoch-time",
     "distributed",
     "sampled-training",
+    "scale",
 )
 DEVICES = ("cpu", "cuda")
 FIGURES = REPO_ROOT / "benchmarks" / "figures"

@@ -1,0 +1,234 @@
+"""`bench_scale`'s report: the size presets' generator settings, the size x mode table, the largest
+size each mode trains within the memory limit, and the figure of graph size against peak memory."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks._report import markdown_table
+
+#: the training modes, each as the `pipelines.train` flags that make it (in the table's order)
+MODES = {
+    "fp32-whole": ["--bits", "32"],
+    "int2-whole": ["--bits", "2"],
+    "int2-sampled": ["--bits", "2", "--sampler", "neighbor"],
+    "int2-partitioned": ["--bits", "2", "--partitions", "4"],
+    "int2-offloaded": ["--bits", "2", "--sampler", "neighbor", "--offload-embeddings"],
+}
+#: what a size preset's number counts per entity: triples + interactions = 10 x entities
+TRIPLES_AND_INTERACTIONS_PER_ENTITY = 10
+#: mean interactions per user: with users = items = entities / 4 and 8 relations, the generator
+#: writes ~3.7 triples per entity (after deduplication), so 25 per user brings the total to ~10
+MEAN_USER_DEGREE = 25
+N_RELATIONS = 8
+_SUFFIX = {"k": 10**3, "m": 10**6, "b": 10**9}
+
+
+@dataclass(frozen=True)
+class SizePreset:
+    """A synthetic graph of about `total` triples + interactions (`kg_data.synthetic`)."""
+
+    name: str
+    total: int
+
+    @property
+    def n_entities(self) -> int:
+        return max(self.total // TRIPLES_AND_INTERACTIONS_PER_ENTITY, 40)
+
+    def generator_kwargs(self, seed: int = 0) -> dict:
+        """`write_synthetic_kgat`'s keywords: users = items = entities / 4, the rest extra entities."""
+        quarter = self.n_entities // 4
+        return dict(
+            n_users=quarter, n_items=quarter, n_extra_entities=self.n_entities - quarter,
+            n_relations=N_RELATIONS, mean_user_degree=min(MEAN_USER_DEGREE, quarter / 2), seed=seed,
+        )  # fmt: skip
+
+
+def parse_size_preset(text: str) -> SizePreset:
+    """`100k`, `1m`, `10m`, `100m` (any number with a k, m or b suffix, or none): a ValueError that
+    names the form otherwise."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmb]?)\s*", text.lower())
+    if match is None or float(match.group(1)) <= 0:
+        raise ValueError(
+            f"a size is a count of triples + interactions like 100k or 1m (got {text!r})"
+        )
+    total = int(float(match.group(1)) * _SUFFIX.get(match.group(2), 1))
+    if total < 400:
+        raise ValueError(f"a size needs at least 400 triples + interactions (got {text!r})")
+    return SizePreset(text.strip().lower(), total)
+
+
+# -- report ------------------------------------------------------------------------------------------
+
+
+def mib(n: float | None) -> str:
+    return "n/a" if n is None else f"{n / 2**20:,.0f}"
+
+
+def cell_text(result: dict | None) -> str:
+    """`peak RSS MiB / s per step / fits` of one (size, mode), or `-` where it did not run."""
+    if result is None:
+        return "-"
+    if not result["fits"]:
+        return f"does not fit ({result.get('failure', 'out of memory')})"
+    return f"{mib(result['peak_rss_bytes'])} MiB / {result['seconds_per_step']:.2f} s / fits"
+
+
+def largest_fitting(
+    results: list[dict], sizes: list[str], modes: list[str]
+) -> dict[str, str | None]:
+    """Per mode, the largest size (in `sizes`' order) it trained within the limit, None if none."""
+    best: dict[str, str | None] = {mode: None for mode in modes}
+    for result in results:
+        if result["fits"] and (
+            best[result["mode"]] is None
+            or sizes.index(result["size"]) > sizes.index(best[result["mode"]])
+        ):
+            best[result["mode"]] = result["size"]
+    return best
+
+
+def results_table(results: list[dict], sizes: list[str], modes: list[str]) -> str:
+    """Rows: sizes; columns: modes; cells: `cell_text`."""
+    by_key = {(r["size"], r["mode"]): r for r in results}
+    rows = [[size, *(cell_text(by_key.get((size, mode))) for mode in modes)] for size in sizes]
+    return markdown_table(["size", *modes], rows)
+
+
+def detail_table(results: list[dict]) -> str:
+    """One row per run that fit: activation bytes and the CF step's peak and parts (metrics.json)."""
+    rows = []
+    for r in results:
+        if not r["fits"]:
+            continue
+        cf = (r.get("memory_breakdown") or {}).get("cf", {})
+        evaluation = (r.get("memory_breakdown") or {}).get("evaluation", {})
+        rows.append([
+            r["size"], r["mode"], mib(r["peak_rss_bytes"]), mib(r.get("cuda_max_memory_allocated")),
+            mib(r.get("activation_bytes")), mib(cf.get("peak")), mib(evaluation.get("peak")),
+            " / ".join(mib(cf.get(k)) for k in ("embedding_tables", "graph_buffers", "optimizer_state",
+                                                "activations", "temporaries")),
+        ])  # fmt: skip
+    headers = ["size", "mode", "peak RSS MiB", "CUDA max allocated MiB", "activation MiB",
+               "CF step peak MiB", "evaluation peak MiB", "tables / graph / Adam / act / temp MiB"]  # fmt: skip
+    return markdown_table(headers, rows)
+
+
+def ingest_table(ingests: list[dict]) -> str:
+    rows = [
+        [i["size"], f"{i['n_entities']:,}", f"{i['n_triples']:,}", f"{i['n_interactions']:,}",
+         f"{i['raw_bytes'] / 1e6:,.1f}", f"{i['ingest_seconds']:.2f}",
+         f"{i['raw_bytes'] / 1e6 / i['ingest_seconds']:,.1f}", mib(i["peak_rss_bytes"])]
+        for i in ingests
+    ]  # fmt: skip
+    headers = ["size", "entities", "triples", "interactions", "raw MB", "ingest s", "MB/s",
+               "ingest peak RSS MiB"]  # fmt: skip
+    return markdown_table(headers, rows)
+
+
+def plot(
+    results: list[dict], ingests: list[dict], modes: list[str], limit: int, path: Path
+) -> Path:
+    """Graph size (triples + interactions, log) against each mode's peak memory (log), runs that did
+    not fit drawn as hollow markers at the limit; the limit as a dashed horizontal line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    size_of = {i["size"]: i["n_triples"] + i["n_interactions"] for i in ingests}
+    fig, ax = plt.subplots(figsize=(6.5, 3.6), dpi=100)
+    colors = plt.get_cmap("viridis")([i / max(len(modes) - 1, 1) for i in range(len(modes))])
+    for index, (mode, color) in enumerate(zip(modes, colors, strict=True)):
+        runs = sorted((r for r in results if r["mode"] == mode), key=lambda r: size_of[r["size"]])
+        fit = [r for r in runs if r["fits"]]
+        ax.plot([size_of[r["size"]] for r in fit], [r["peak_rss_bytes"] / 2**20 for r in fit],
+                marker="o", color=color, label=mode)  # fmt: skip
+        nudge = 1 + 0.05 * (index - (len(modes) - 1) / 2)  # side by side, not on top of each other
+        over = [size_of[r["size"]] * nudge for r in runs if not r["fits"]]
+        ax.scatter(over, [limit / 2**20] * len(over), marker="x", color=color, s=60)
+    ax.axhline(limit / 2**20, color="black", linestyle="--", linewidth=1)
+    ax.text(0.01, limit / 2**20, "memory limit", transform=ax.get_yaxis_transform(), va="bottom",
+            fontsize=8)  # fmt: skip
+    ax.set_ylim(top=limit / 2**20 * 1.25)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("triples + interactions")
+    ax.set_ylabel("peak memory MiB")
+    ax.set_title("Peak memory per training mode (x: did not fit)", fontsize=10)
+    ax.legend(fontsize=7, loc="lower right", frameon=False)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def report(
+    results: list[dict],
+    ingests: list[dict],
+    modes: list[str],
+    settings: dict,
+    figure: str | None,
+    trainings: list[dict] | None = None,
+) -> str:
+    """The section's body: what was run, the ingest table, the size x mode table, the largest size
+    per mode, the step details and the figure link."""
+    sizes = [i["size"] for i in ingests]
+    best = largest_fitting(results, sizes, modes)
+    parts = [
+        f"Synthetic KGs from `kg_data.synthetic` (users = items = entities / 4, {N_RELATIONS} "
+        f"relations, {MEAN_USER_DEGREE} interactions per user on average), named by their triples + "
+        "interactions. Ingest: `python -m pipelines.ingest` in a child process; MB/s is the raw text "
+        "over the ingest's own seconds (its summary line), peak RSS the child's (`wait4`).",
+        ingest_table(ingests),
+        f"Training: model **{settings['model']}**, each (size, mode) a fresh `python -m pipelines.train` "
+        f"child (`--epochs 1 --max-batches-per-epoch {settings['steps']} --threads "
+        f"{settings['threads']} --no-mlflow`, then the valid and test ranking), the modes taking turns "
+        f"at each size. Each child runs under `RLIMIT_DATA` = {settings['memory_limit_text']} "
+        "(its private writable memory, heap and anonymous mappings, reserved or touched: a bound at "
+        "least as strict as the resident set, and one the allocator sees as a failed allocation rather "
+        "than a kill of the whole machine); a child that fails to allocate is *does not fit*. Cells: "
+        "the child's peak RSS (`wait4`'s `ru_maxrss`; on CUDA the headline is metrics.json's "
+        "`cuda_max_memory_allocated`, in the detail table) / seconds per CF step (the epoch's "
+        "seconds, KGAT's KG steps and attention refresh included, over its CF steps) / fits.",
+        results_table(results, sizes, modes),
+        "Largest size trained within the limit: "
+        + ", ".join(f"{mode} **{best[mode] or 'none'}**" for mode in modes)
+        + ".",
+        "Per run that fit (metrics.json: `activation_bytes`; the CF step's and the valid ranking's "
+        "`memory_breakdown` peaks, torch tensors only, and the CF step's parts):",
+        detail_table(results),
+    ]
+    parts.append(training_text(trainings or [], ingests, settings))
+    if figure:
+        parts.append(f"![graph size against peak memory per mode]({figure})")
+    return "\n\n".join(parts)
+
+
+def training_text(trainings: list[dict], ingests: list[dict], settings: dict) -> str:
+    """The full trainings at the largest size (`--train-epochs`): their test Recall@20 against a
+    random ranking's (20 / items), or a line saying the check was not run."""
+    epochs = settings.get("train_epochs") or 0
+    if not epochs or not trainings:
+        return (
+            "Recall@20 check: not run (`--train-epochs 0`): the table shows what fits the limit, "
+            "not what trains to a useful model."
+        )
+    items = {i["size"]: i["n_items"] for i in ingests}
+    rows = [
+        [t["size"], t["mode"], t["epochs"], f"{t['recall@20']:.4f}", f"{t['ndcg@20']:.4f}",
+         f"{20 / items[t['size']]:.4f}", mib(t["peak_rss_bytes"]), f"{t['minutes']:.1f}"]
+        if t["fits"]
+        else [t["size"], t["mode"], "-", f"does not fit ({t['failure']})", "-", "-", "-", "-"]
+        for t in trainings
+    ]  # fmt: skip
+    headers = ["size", "mode", "epochs", "test Recall@20", "test NDCG@20", "random Recall@20 ~",
+               "peak RSS MiB", "minutes"]  # fmt: skip
+    return (
+        f"Full training at the largest size, up to {epochs} epoch(s) of every batch under the same "
+        "limit, the valid ranking after each; test metrics of the best valid epoch (metrics.json). "
+        "*random* is a random ranking's expected Recall@20 (20 / items), the floor a model that "
+        "learned nothing would reach:\n\n" + markdown_table(headers, rows)
+    )

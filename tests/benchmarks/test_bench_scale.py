@@ -1,0 +1,163 @@
+"""bench_scale: the size presets make graphs of the size they are named by, the report's table and
+"largest that fits" follow the per-mode results, a child that runs out of memory is told apart from
+one that fails otherwise, and a tiny run of two modes reports both without touching BENCHMARKS.md."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+
+from benchmarks import bench_scale
+from benchmarks._scale_report import (
+    MODES,
+    largest_fitting,
+    parse_size_preset,
+    report,
+    results_table,
+    training_text,
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "total", "entities"),
+    [("100k", 10**5, 10**4), ("1m", 10**6, 10**5), ("10m", 10**7, 10**6), ("100m", 10**8, 10**7)],
+)
+def test_size_presets_name_their_triples_plus_interactions_and_a_tenth_as_many_entities(
+    name, total, entities
+):
+    preset = parse_size_preset(name)
+    kwargs = preset.generator_kwargs()
+    assert preset.total == total
+    assert kwargs["n_items"] + kwargs["n_extra_entities"] == entities
+    # the interactions the generator is asked for: about 60% of the total (triples are the rest)
+    assert 0.5 * total < kwargs["n_users"] * kwargs["mean_user_degree"] < 0.7 * total
+
+
+def test_smallest_preset_generates_a_graph_within_15_percent_of_its_size(tmp_path):
+    from kg_data.synthetic import write_synthetic_kgat
+
+    preset = parse_size_preset("100k")
+    raw = write_synthetic_kgat(tmp_path / "raw", **preset.generator_kwargs())
+    triples = len((raw / "kg_final.txt").read_text().splitlines())
+    interactions = sum(
+        len(line.split()) - 1
+        for split in ("train", "valid", "test")
+        for line in (raw / f"{split}.txt").read_text().splitlines()
+    )
+    assert abs(triples + interactions - preset.total) < 0.15 * preset.total
+
+
+@pytest.mark.parametrize("text", ["", "abc", "0", "-1m", "10x", "100"])
+def test_bad_size_names_are_refused_with_the_form_to_use(text):
+    with pytest.raises(ValueError, match="triples \\+ interactions"):
+        parse_size_preset(text)
+
+
+def fake(size: str, mode: str, peak_mib: float | None, seconds: float = 0.5) -> dict:
+    if peak_mib is None:
+        return {"size": size, "mode": mode, "fits": False, "failure": "allocation failed"}
+    return {"size": size, "mode": mode, "fits": True, "peak_rss_bytes": int(peak_mib * 2**20),
+            "seconds_per_step": seconds}  # fmt: skip
+
+
+FAKE = [
+    fake("100k", "fp32-whole", 900),
+    fake("100k", "int2-sampled", 700),
+    fake("1m", "fp32-whole", None),
+    fake("1m", "int2-sampled", 1200, 2.25),
+    fake("10m", "fp32-whole", None),
+    fake("10m", "int2-sampled", None),
+]
+
+
+def test_largest_fitting_size_is_the_last_size_a_mode_trained_within_the_limit():
+    sizes, modes = ["100k", "1m", "10m"], ["fp32-whole", "int2-sampled", "int2-offloaded"]
+    assert largest_fitting(FAKE, sizes, modes) == {
+        "fp32-whole": "100k",
+        "int2-sampled": "1m",
+        "int2-offloaded": None,
+    }
+
+
+def test_results_table_has_a_row_per_size_and_a_cell_per_mode():
+    table = results_table(FAKE, ["100k", "1m", "10m"], ["fp32-whole", "int2-sampled"]).splitlines()
+    assert table[0] == "| size | fp32-whole | int2-sampled |"
+    assert table[2] == "| 100k | 900 MiB / 0.50 s / fits | 700 MiB / 0.50 s / fits |"
+    assert table[3] == "| 1m | does not fit (allocation failed) | 1,200 MiB / 2.25 s / fits |"
+    assert len(table) == 5
+
+
+def test_report_names_the_largest_size_per_mode_and_the_limit():
+    ingests = [
+        {"size": s, "n_entities": n // 10, "n_triples": n // 3, "n_interactions": n // 2,
+         "raw_bytes": n * 10, "ingest_seconds": 1.0, "peak_rss_bytes": 2**28}
+        for s, n in (("100k", 10**5), ("1m", 10**6), ("10m", 10**7))
+    ]  # fmt: skip
+    settings = {"model": "kgat", "steps": 5, "threads": 1, "memory_limit_text": "2GB"}
+    body = report(FAKE, ingests, ["fp32-whole", "int2-sampled"], settings, figure=None)
+    assert "fp32-whole **100k**, int2-sampled **1m**" in body
+    assert "`RLIMIT_DATA` = 2GB" in body
+    assert "| 1m | 100,000 | 333,333 | 500,000 | 10.0 | 1.00 | 10.0 | 256 |" in body
+
+
+def test_a_child_that_cannot_allocate_does_not_fit_and_other_failures_raise(tmp_path):
+    hog = [sys.executable, "-c", "bytearray(2 * 10**9)"]
+    with pytest.raises(bench_scale.OutOfMemory):
+        bench_scale.run_child(hog, tmp_path / "hog", limit=500 * 10**6)
+    killed = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]
+    with pytest.raises(bench_scale.OutOfMemory, match="SIGKILL"):  # as the OOM killer does
+        bench_scale.run_child(killed, tmp_path / "killed", limit=None)
+    terminated = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"]
+    with pytest.raises(RuntimeError, match="failed"):
+        bench_scale.run_child(terminated, tmp_path / "terminated", limit=None)
+    with pytest.raises(RuntimeError, match="ValueError"):
+        bench_scale.run_child(
+            [sys.executable, "-c", "raise ValueError"], tmp_path / "bad", limit=None
+        )
+    done = bench_scale.run_child([sys.executable, "-c", "print('ok')"], tmp_path / "ok", limit=None)
+    assert done["stdout"] == "ok\n" and done["peak_rss_bytes"] > 0
+
+
+def test_tiny_run_of_two_modes_reports_both_a_full_training_and_leaves_benchmarks_md_alone(
+    tmp_path, monkeypatch, capsys
+):
+    md = tmp_path / "BENCHMARKS.md"
+    monkeypatch.setenv("TINYKG_BENCHMARKS_MD", str(md))
+    argv = ["--sizes", "5k", "--modes", "fp32-whole,int2-sampled", "--steps", "1", "--device", "cpu",
+            "--memory-limit", "3GB", "--work-dir", str(tmp_path / "work"), "--no-write",
+            "--train-epochs", "1", "--train-modes", "int2-sampled"]  # fmt: skip
+    assert bench_scale.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "| size | fp32-whole | int2-sampled |" in out
+    cell = r"[\d,]+ MiB / [\d.]+ s / fits"
+    assert re.search(rf"^\| 5k \| {cell} \| {cell} \|$", out, re.MULTILINE)
+    assert re.search(r"^\| 5k \| int2-sampled \| 1 \| 0\.\d{4} \|", out, re.MULTILINE)
+    assert not md.exists()
+
+
+def test_modes_are_the_five_the_issue_names():
+    assert list(MODES) == [
+        "fp32-whole", "int2-whole", "int2-sampled", "int2-partitioned", "int2-offloaded",
+    ]  # fmt: skip
+
+
+def test_bad_memory_limit_exits_2_with_the_form(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        bench_scale.main(["--memory-limit", "lots", "--no-write"])
+    assert exit_info.value.code == 2
+    assert "300MB" in capsys.readouterr().err
+
+
+def test_training_text_sets_recall_beside_a_random_ranking_or_says_it_was_not_run():
+    ingests = [{"size": "1m", "n_items": 25_000}]
+    trainings = [
+        {"size": "1m", "mode": "int2-sampled", "fits": True, "epochs": 2, "recall@20": 0.0512,
+         "ndcg@20": 0.0301, "peak_rss_bytes": 1500 * 2**20, "minutes": 7.25},
+        {"size": "1m", "mode": "fp32-whole", "fits": False, "failure": "allocation failed"},
+    ]  # fmt: skip
+    text = training_text(trainings, ingests, {"train_epochs": 2})
+    assert "| 1m | int2-sampled | 2 | 0.0512 | 0.0301 | 0.0008 | 1,500 | 7.2 |" in text
+    assert "| 1m | fp32-whole | - | does not fit (allocation failed) |" in text
+    assert "not run" in training_text([], ingests, {"train_epochs": 0})
