@@ -15,7 +15,8 @@ one at a time, until every width has stopped early on valid Recall@20 (same pati
   resumes: a sequence of `--budget-s`-limited commands completes the matrix. When FP32 of a group
   has finished but another width has not, a throwaway FP32 training runs beside it, only to time
   epochs in the same rounds.
-The report (section `accuracy-matrix-<device>` of BENCHMARKS.md, and a figure) gives per cell the
+The report (section `accuracy-matrix-<device>` of BENCHMARKS.md, `accuracy-matrix-<dataset>-<device>`
+when one dataset is run, and a figure) gives per cell the
 test Recall@20 / NDCG@20 mean ± std, the ratio to FP32 with its paired 95% interval over seeds,
 whether that interval shows the width within 1% of FP32, activation bytes held, peak memory and the
 epoch-time ratio (see benchmarks/_matrix_report.py).
@@ -446,12 +447,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     device = next(iter(next(iter(configs.values())).values())).device
     device_label = "CPU" if device in ("cpu", "auto") else device
     figures = figures_dir_for(write=not args.no_write)
-    section = section_name("accuracy-matrix", "cpu" if device_label == "CPU" else "cuda")
+    # one dataset: its own section (a focused re-run leaves the other datasets' results alone)
+    section = section_name(
+        "accuracy-matrix",
+        "cpu" if device_label == "CPU" else "cuda",
+        datasets[0] if len(datasets) == 1 else None,
+    )
     figure = plot(cells, figures / figure_name(section)) if figures is not None else None
     settings = {(g.dataset, g.model): configs[g][FP32] for g in groups}
     body = report(cells, settings, device_label, args.threads, figure)
     print(results_table(cells))
-    title = f"Accuracy matrix: every dataset, model and width against FP32 ({device_label})"
+    scope = datasets[0] if len(datasets) == 1 else "every dataset"
+    title = f"Accuracy matrix: {scope}, models and widths against FP32 ({device_label})"
     publish_section(section, title, body, write=not args.no_write)
     for failure in failures:
         print(f"failed: {failure}", file=sys.stderr)

@@ -60,6 +60,7 @@ SETTINGS: dict[str, list[tuple[str, str, str, str]]] = {
         ("--kg-batch-size", "kg_batch_size", "N", "triples per KG step, KGAT"),
         ("--max-batches-per-epoch", "max_batches_per_epoch", "N", "cap the steps per phase, for quick runs"),
         ("--patience", "patience", "N", "stop after N evaluations without a better valid Recall@20"),
+        ("--min-epochs", "min_epochs", "N", "never stop early before N epochs (an early plateau is not convergence)"),
     ],
     "model": [
         ("--embed-dim", "embed_dim", "D", "embedding size"),

@@ -75,10 +75,10 @@ def test_matrix_trains_side_by_side_reports_and_times_a_later_width_against_fp32
     assert [sorted(r) for r in rounds] == [["2", "32"], ["2", "32"]]  # one epoch each, in turns
     text = md.read_text()
     assert (
-        "<!-- begin:accuracy-matrix-cpu -->" in text
+        "<!-- begin:accuracy-matrix-tiny-cpu -->" in text  # one dataset: its own section
         and "| tiny | whole | kgat | INT2 | 2 |" in text
     )
-    assert (tmp_path / "figures" / "accuracy-matrix-cpu.png").is_file()
+    assert (tmp_path / "figures" / "accuracy-matrix-tiny-cpu.png").is_file()
 
     finished = (group / "int2" / "seed0" / "metrics.json").stat().st_mtime_ns
     plan = write_plan(tmp_path / "plan.yaml", tiny_dataset_dir, [32, 2, 4])

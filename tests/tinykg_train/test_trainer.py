@@ -191,6 +191,14 @@ def test_on_epoch_reports_carry_valid_metrics_and_early_stopping(tiny_dataset_di
     assert [r["stopped_early"] for r in reports] == [False, False, True]
 
 
+def test_min_epochs_keeps_training_through_an_early_plateau(tiny_dataset_dir, tmp_path):
+    config = tiny_config(
+        tiny_dataset_dir, tmp_path / "run", epochs=10, lr=1e-12, patience=2, min_epochs=6
+    )
+    result = train(config, model_builder=mf_builder)
+    assert result["stopped_early"] and result["epochs_trained"] == 6 and result["best_epoch"] == 0
+
+
 def test_evaluation_every_other_epoch_carries_the_last_metrics(tiny_dataset_dir, tmp_path):
     reports = []
     config = tiny_config(tiny_dataset_dir, tmp_path / "run", epochs=3, eval_every=2, eval_ks=(5,))

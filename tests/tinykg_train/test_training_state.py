@@ -22,6 +22,17 @@ def test_best_weights_follow_valid_recall_and_patience_stops():
     assert state.stopped_early
 
 
+def test_min_epochs_holds_early_stopping_back_until_then():
+    model = torch.nn.Linear(2, 1, bias=False)
+    state = TrainingState()
+    values = [0.3, 0.1, 0.1, 0.1, 0.1, 0.1]  # no gain after epoch 0
+    stopped = []
+    for epoch, value in enumerate(values):
+        state.observe(epoch, {"recall@20": value}, model, patience=2, min_epochs=5)
+        stopped.append(state.stopped_early)
+    assert stopped == [False, False, False, False, True, True]  # epoch 4 is the 5th epoch
+
+
 def test_history_columns_and_valid_history():
     state = TrainingState(
         history=[

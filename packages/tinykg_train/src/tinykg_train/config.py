@@ -60,7 +60,7 @@ INT_FIELDS = frozenset(
     {
         "score_bits", "normalize_bits", "epochs", "seed", "batch_size", "kg_batch_size",
         "embed_dim", "n_layers", "kg_neighbors", "n_intents", "eval_every", "eval_batch_users",
-        "patience", "adapt_every", "workers", "partitions", "prefetch_steps",
+        "patience", "min_epochs", "adapt_every", "workers", "partitions", "prefetch_steps",
     }
 )  # fmt: skip
 OPTIONAL_INT_FIELDS = frozenset({"group_size", "max_batches_per_epoch", "threads", "cache_rows"})
@@ -108,6 +108,7 @@ class TrainConfig:
     eval_every: int = 1
     eval_batch_users: int = 1024
     patience: int = 5  # early stopping: evaluations without a better valid Recall@20
+    min_epochs: int = 0  # early stopping never ends a run before this many epochs
     max_batches_per_epoch: int | None = None  # cap for quick runs and tests
     threads: int | None = None  # torch CPU threads; None: the CPUs this process may use (threads.py)
     # "neighbor": each CF step propagates over its batch's sampled `n_layers`-hop subgraph only,
@@ -177,6 +178,8 @@ class TrainConfig:
                 raise ConfigError(
                     f"'{name}' needs to be a positive integer (got {getattr(self, name)})"
                 )
+        if self.min_epochs < 0:
+            raise ConfigError(f"'min_epochs' needs to be >= 0 (got {self.min_epochs})")
         if self.n_layers < 0:
             raise ConfigError(f"'n_layers' needs to be >= 0 (got {self.n_layers})")
         if not self.lr > 0:

@@ -152,4 +152,6 @@ def evaluate_epoch(session: Session, epoch: int, row: dict[str, Any]) -> None:
         valid = evaluate_measured(session, "valid")  # the run's first also measures its memory
         row["eval_seconds"] = time.perf_counter() - start
         row.update(valid)
-        row["improved"] = session.state.observe(epoch, valid, session.model, config.patience)
+        row["improved"] = session.state.observe(
+            epoch, valid, session.model, config.patience, config.min_epochs
+        )

@@ -30,9 +30,16 @@ class TrainingState:
     memory_breakdown: dict[str, dict] = field(default_factory=dict)  # see memory_breakdown
 
     def observe(
-        self, epoch: int, valid: dict[str, float], model: torch.nn.Module, patience: int
+        self,
+        epoch: int,
+        valid: dict[str, float],
+        model: torch.nn.Module,
+        patience: int,
+        min_epochs: int = 0,
     ) -> bool:
-        """Record one evaluation; keep the weights when valid Recall@20 improved. True if it did."""
+        """Record one evaluation; keep the weights when valid Recall@20 improved. True if it did.
+        Stops early after `patience` evaluations without gain, but not before `min_epochs` epochs
+        have run (a plateau in the first epochs is not convergence)."""
         value = valid[STOP_METRIC]
         if value > self.best_value:
             self.best_value, self.best_epoch, self.best_valid = value, epoch, dict(valid)
@@ -42,7 +49,7 @@ class TrainingState:
             self.evals_without_gain = 0
             return True
         self.evals_without_gain += 1
-        if self.evals_without_gain >= patience:
+        if self.evals_without_gain >= patience and epoch + 1 >= min_epochs:
             self.stopped_early = True
         return False
 
