@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tinykg_train.compress import ActivationMeter, CompressionConfig
+from tinykg_train.compress.blocks import MIN_MATMUL_ROWS, spans
 from tinykg_train.compress.ops import bi_interaction, leaky_relu, linear, mul
 
 ALL_BITS = (32, 8, 4, 2, 1)
@@ -301,3 +302,40 @@ def test_backward_drops_its_whole_graph_temporaries_as_it_goes():
         out.backward(grad)
     buffers = (heap.peak - heap.start) / (rows * width * 4)
     assert 2 <= buffers < 6.5, buffers
+
+
+class CountingNeighbors:
+    """A fixed linear map of the ego vectors (like A @ x) that counts its whole and row calls."""
+
+    def __init__(self) -> None:
+        self.whole_calls = self.row_calls = 0
+
+    def __call__(self, x):
+        self.whole_calls += 1
+        return (x.roll(1, 0) + x.roll(-1, 0)) * 0.5
+
+    def rows(self, x, start, stop):
+        self.row_calls += 1
+        return self(x)[start:stop]
+
+
+@pytest.mark.parametrize("block_bytes, fits", [(1 << 20, True), (64 << 10, False)])
+def test_blocked_backward_recomputes_the_neighbors_once_when_they_fit_the_budget(block_bytes, fits):
+    # the whole neighbors take 256 KiB: within a 1 MiB budget, not within 64 KiB
+    rows, width = 1024, 64
+    blocks = len(list(spans(rows, 3 * (width + width) * 4, block_bytes, MIN_MATMUL_ROWS)))
+    assert blocks > 1
+    gen = torch.Generator().manual_seed(0)
+    ego = torch.randn(rows, width, generator=gen, requires_grad=True)
+    w1, w2 = (torch.randn(width, width, generator=gen, requires_grad=True) for _ in range(2))
+    neighbors_of = CountingNeighbors()
+    computed = ego * 1.0
+    out = bi_interaction(
+        computed, neighbors_of(computed), w1, None, w2, None, SLOPE,
+        config=CompressionConfig(bits=2), neighbors_of=neighbors_of, block_bytes=block_bytes,
+    )  # fmt: skip
+    before = neighbors_of.whole_calls
+    out.backward(torch.randn(out.shape, generator=gen))
+    # fits: one sparse product for the whole backward; else each block's rows for each of 3 uses
+    assert neighbors_of.row_calls == (0 if fits else 3 * blocks)
+    assert neighbors_of.whole_calls - before - neighbors_of.row_calls == (1 if fits else 0)

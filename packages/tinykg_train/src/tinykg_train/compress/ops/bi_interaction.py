@@ -40,7 +40,7 @@ from tinykg_kernels.leaky_pair import (
     leaky_relu_pair_backward,
     leaky_relu_pair_backward_rows,
 )
-from tinykg_train.compress.blocks import MIN_MATMUL_ROWS, spans
+from tinykg_train.compress.blocks import BLOCK_BYTES, MIN_MATMUL_ROWS, spans
 from tinykg_train.compress.codec import compress, decompress
 from tinykg_train.compress.config import CompressionConfig
 from tinykg_train.compress.masks import PlaneMask
@@ -55,15 +55,21 @@ def _plain(ego, neighbors, sum_weight, sum_bias, product_weight, product_bias, s
 
 class _NeighborRows:
     """Rows of the neighbor vectors in backward: sliced from the decoded stored ones, or recomputed
-    from the decoded sources (the ego vectors, or a sampled block's sources) with `neighbors_of`
-    (all at once, or one block of rows at a time when it has `rows(x, start, stop)` and there is
-    more than one block)."""
+    from the decoded sources (the ego vectors, or a sampled block's sources) with `neighbors_of`.
 
-    def __init__(self, sources, stored, neighbors_of, width: int, blocked: bool) -> None:
+    Recomputed all at once (one sparse product) unless there is more than one block, they would
+    take more than `whole_bytes`, and `neighbors_of` has `rows(x, start, stop)`: then one block of
+    rows at a time, each time a block is used (three passes over the graph instead of one: worth it
+    only when the whole tensor is what a step's peak cannot afford)."""
+
+    def __init__(
+        self, sources, stored, neighbors_of, width: int, blocked: bool, whole_bytes: int
+    ) -> None:
         self.sources, self.whole, self.neighbors_of = sources, None, neighbors_of
+        rows_bytes = sources.shape[0] * width * sources.element_size()
         if neighbors_of is None:
             self.whole = decompress(stored).reshape(-1, width)
-        elif not (blocked and hasattr(neighbors_of, "rows")):
+        elif not (blocked and rows_bytes > whole_bytes and hasattr(neighbors_of, "rows")):
             with torch.no_grad():
                 self.whole = neighbors_of(sources).reshape(-1, width)
 
@@ -172,8 +178,9 @@ class CompressedBiInteraction(torch.autograd.Function):
         masks, slope = (sum_positive.packed, product_positive.packed), ctx.slope
         row_bytes = 3 * (width + out_width) * grad.element_size()
         blocks = list(spans(ego.shape[0], row_bytes, ctx.block_bytes, MIN_MATMUL_ROWS))
+        budget = BLOCK_BYTES if ctx.block_bytes is None else ctx.block_bytes
         neighbors = _NeighborRows(
-            sources, stored_neighbors, ctx.neighbors_of, width, len(blocks) > 1
+            sources, stored_neighbors, ctx.neighbors_of, width, len(blocks) > 1, budget
         )
         grad_sum_weight = grad_sum_bias = grad_product_weight = grad_product_bias = None
         for which, combine, (weight_needed, bias_needed) in (
