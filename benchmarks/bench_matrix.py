@@ -315,7 +315,10 @@ def collect(groups: Sequence[Group], widths: Sequence[str], out: Path) -> dict[K
 
 
 def settings_rows(configs: dict[tuple[str, str], Any]) -> str:
-    columns = ("epochs", "patience", "lr", "l2", "batch_size", "embed_dim", "n_layers", "dropout")
+    columns = (
+        "epochs", "patience", "min_epochs", "lr", "l2", "batch_size", "embed_dim", "n_layers",
+        "dropout",
+    )  # fmt: skip
     rows = [
         [dataset, model, *(config.to_dict()[c] for c in columns)]
         for (dataset, model), config in sorted(configs.items())
