@@ -222,7 +222,7 @@ def run_ray_child(raw: Path, out: Path, cpus: int, scratch: Path) -> dict:
     return {**json.loads(result.read_text()), "peak_rss_bytes": peak[0]}
 
 
-def report(size: str, cpus: int, streaming: dict, ray_run: dict) -> str:
+def report(size: str, cpus: int, streaming: dict, ray_run: dict, load: tuple[float, float]) -> str:
     raw_mb = streaming["raw_bytes"] / 1e6
     rows = [
         ["streaming ingest (`pipelines.ingest`)", f"{streaming['ingest_seconds']:.1f}", "",
@@ -249,7 +249,9 @@ def report(size: str, cpus: int, streaming: dict, ray_run: dict) -> str:
         f"{streaming['n_entities']:,} entities), each pipeline in a fresh child process on the "
         f"same machine, one after the other. Ray Data's pipeline does less than ingest (no "
         f"deduplication, split checks or validation): its time is a lower bound of a Ray Data "
-        f"ingest of the same output. Ray Data's phases: {phases}.\n\n{table}\n\n"
+        f"ingest of the same output. Ray Data's phases: {phases}. Load average (1 min) of the "
+        f"machine when the run started: {load[0]:.2f}, at its end: {load[1]:.2f} (other work on "
+        f"its cores slows both pipelines).\n\n{table}\n\n"
         f"- Ray Data / streaming ingest, seconds: **{ratio:.2f}x**; peak memory: "
         f"**{ray_run['peak_rss_bytes'] / streaming['peak_rss_bytes']:.2f}x**\n"
     )
@@ -284,6 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         timings = ray_data_ingest(Path(raw), Path(out), int(cpus), Path(scratch))
         Path(result).write_text(json.dumps(timings))
         return 0
+    load_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench_ray_ingest_") as tmp:
         work = args.work_dir or Path(tmp)
         raw = work / f"raw-{args.preset.name}"
@@ -297,7 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         scratch = work / "ray-scratch"
         scratch.mkdir(parents=True, exist_ok=True)
         ray_run = run_ray_child(raw, work / "ray-out", args.cpus, scratch)
-    body = report(args.preset.name, args.cpus, streaming, ray_run)
+    body = report(args.preset.name, args.cpus, streaming, ray_run, (load_start, os.getloadavg()[0]))
     print(body)
     section = section_name("ingest", "cpu", f"ray-data-{args.preset.name}")
     title = f"Ingest: streaming against Ray Data ({args.preset.name}, CPU)"
