@@ -51,11 +51,15 @@ def run_sweep_cli(command: list[str], timeout: float = 240) -> subprocess.Comple
     )
 
 
-def read_sweep(tmp_path: Path, name: str = "tiny"):
-    """(client, parent run, child runs by seed) of the sweep stored under tmp_path."""
+def read_sweep(tmp_path: Path, name: str = "tiny", *, while_running: bool = False):
+    """(client, parent run, child runs by seed) of the sweep stored under tmp_path.
+    `while_running`: skip child runs that have not logged their params yet (a trial's run exists
+    a moment before its params do)."""
     state = json.loads((tmp_path / "sweeps" / name / "sweep.json").read_text())
     client = client_for(state["tracking_uri"])
     children = child_runs(client, state["experiment_id"], state["parent_run_id"])
+    if while_running:
+        children = [run for run in children if "seed" in run.data.params]
     by_seed = {int(run.data.params["seed"]): run for run in children}
     assert len(by_seed) == len(children), "one MLflow run per trial"
     return client, client.get_run(state["parent_run_id"]), by_seed
@@ -131,7 +135,7 @@ def test_resume_continues_an_interrupted_sweep_in_the_same_runs(data, tmp_path):
         while time.monotonic() < deadline and process.poll() is None:
             time.sleep(0.5)
             if (tmp_path / "sweeps" / "tiny" / "sweep.json").exists():
-                _, _, runs = read_sweep(tmp_path)
+                _, _, runs = read_sweep(tmp_path, while_running=True)
                 trial = runs[1].data.tags[TRIAL_TAG] if 1 in runs else None
                 if (
                     trial
