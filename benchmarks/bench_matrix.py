@@ -451,17 +451,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     device_label = "CPU" if device in ("cpu", "auto") else device
     figures = figures_dir_for(write=not args.no_write)
     # one dataset: its own section (a focused re-run leaves the other datasets' results alone)
-    section = section_name(
-        "accuracy-matrix",
-        "cpu" if device_label == "CPU" else "cuda",
-        datasets[0] if len(datasets) == 1 else None,
-    )
+    only = datasets[0] if len(datasets) == 1 else None
+    section = section_name("accuracy-matrix", "cpu" if device_label == "CPU" else "cuda", only)
     figure = plot(cells, figures / figure_name(section)) if figures is not None else None
     settings = {(g.dataset, g.model): configs[g][FP32] for g in groups}
     body = report(cells, settings, device_label, args.threads, figure)
     print(results_table(cells))
-    scope = datasets[0] if len(datasets) == 1 else "every dataset"
-    title = f"Accuracy matrix: {scope}, models and widths against FP32 ({device_label})"
+    title = f"Accuracy matrix: {only or 'every dataset'}, models and widths against FP32 ({device_label})"
     publish_section(section, title, body, write=not args.no_write)
     for failure in failures:
         print(f"failed: {failure}", file=sys.stderr)

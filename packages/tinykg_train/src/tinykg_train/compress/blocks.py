@@ -22,14 +22,18 @@ BLOCK_BYTES = 32 << 20
 MIN_MATMUL_ROWS = 128
 
 
+def block_budget(block_bytes: int | None) -> int:
+    """Bytes a block's temporaries may take: `block_bytes`, or `BLOCK_BYTES` when None."""
+    return BLOCK_BYTES if block_bytes is None else block_bytes
+
+
 def spans(
     count: int, row_bytes: int, block_bytes: int | None = None, minimum: int = 1
 ) -> Iterator[tuple[int, int]]:
     """`(start, stop)` of consecutive near-equal blocks covering `range(count)`, each holding at
     most `block_bytes` (default `BLOCK_BYTES`) of `row_bytes` per row, but at least `minimum` rows
     (unless `count` is smaller)."""
-    budget = BLOCK_BYTES if block_bytes is None else block_bytes
-    fit = max(budget // max(row_bytes, 1), minimum, 1)
+    fit = max(block_budget(block_bytes) // max(row_bytes, 1), minimum, 1)
     blocks = max(-(-count // fit), 1)
     if blocks > 1 and count < blocks * minimum:
         blocks = max(count // minimum, 1)

@@ -40,7 +40,7 @@ from tinykg_kernels.leaky_pair import (
     leaky_relu_pair_backward,
     leaky_relu_pair_backward_rows,
 )
-from tinykg_train.compress.blocks import BLOCK_BYTES, MIN_MATMUL_ROWS, spans
+from tinykg_train.compress.blocks import MIN_MATMUL_ROWS, block_budget, spans
 from tinykg_train.compress.codec import compress, decompress
 from tinykg_train.compress.config import CompressionConfig
 from tinykg_train.compress.masks import PlaneMask
@@ -178,10 +178,10 @@ class CompressedBiInteraction(torch.autograd.Function):
         masks, slope = (sum_positive.packed, product_positive.packed), ctx.slope
         row_bytes = 3 * (width + out_width) * grad.element_size()
         blocks = list(spans(ego.shape[0], row_bytes, ctx.block_bytes, MIN_MATMUL_ROWS))
-        budget = BLOCK_BYTES if ctx.block_bytes is None else ctx.block_bytes
         neighbors = _NeighborRows(
-            sources, stored_neighbors, ctx.neighbors_of, width, len(blocks) > 1, budget
-        )
+            sources, stored_neighbors, ctx.neighbors_of, width, len(blocks) > 1,
+            block_budget(ctx.block_bytes),
+        )  # fmt: skip
         grad_sum_weight = grad_sum_bias = grad_product_weight = grad_product_bias = None
         for which, combine, (weight_needed, bias_needed) in (
             (0, torch.add, needs[2:4]),
