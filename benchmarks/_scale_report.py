@@ -226,8 +226,10 @@ def training_text(trainings: list[dict], ingests: list[dict], settings: dict) ->
     ]  # fmt: skip
     headers = ["size", "mode", "epochs", "test Recall@20", "test NDCG@20", "random Recall@20 ~",
                "peak RSS MiB", "minutes"]  # fmt: skip
+    batches = settings.get("train_max_batches") or 0
+    extent = f"the first {batches:,} CF batches of each" if batches else "every batch"
     return (
-        f"Full training at the largest size, up to {epochs} epoch(s) of every batch under the same "
+        f"Full training at the largest size, up to {epochs} epoch(s), {extent}, under the same "
         "limit, the valid ranking after each; test metrics of the best valid epoch (metrics.json). "
         "*random* is a random ranking's expected Recall@20 (20 / items), the floor a model that "
         "learned nothing would reach:\n\n" + markdown_table(headers, rows)

@@ -3,7 +3,8 @@ step time and whether it trains at all within a memory limit.
 
     python -m benchmarks.bench_scale [--sizes 100k,1m,10m,100m] [--modes fp32-whole,int2-whole,
         int2-sampled,int2-partitioned,int2-offloaded] [--model kgat] [--steps 5] [--threads 1]
-        [--memory-limit 16GB] [--device auto|cpu|cuda] [--work-dir DIR] [--no-write]
+        [--memory-limit 16GB] [--device auto|cpu|cuda] [--train-epochs N [--train-max-batches N]
+        [--train-modes M,M]] [--work-dir DIR] [--no-write]
 
 A size is the graph's triples + interactions (`100k`, `1m`, `10m`, `100m`: 10k to 10M entities), made
 by `kg_data.synthetic` in a child process and ingested by `python -m pipelines.ingest` in another
@@ -213,7 +214,10 @@ def train_to_recall(mode: str, data: Path, work: Path, args: argparse.Namespace)
     """`--train-epochs` full epochs of `mode` (all batches, the valid ranking after each) under the
     limit: the test Recall@20 and NDCG@20 of the best valid epoch, peak RSS, minutes."""
     out = work / f"full-{mode}"
-    done, metrics = train_child(mode, data, out, args, ["--epochs", str(args.train_epochs)])
+    flags = ["--epochs", str(args.train_epochs)]
+    if args.train_max_batches:
+        flags += ["--max-batches-per-epoch", str(args.train_max_batches)]
+    done, metrics = train_child(mode, data, out, args, flags)
     shutil.rmtree(out, ignore_errors=True)
     if metrics is None:
         return {"mode": mode, "fits": False, **done}
@@ -257,6 +261,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         "and report their test Recall@20 (default 0: skip)")  # fmt: skip
     parser.add_argument("--train-modes", type=comma_list(choices=list(MODES)),
                         help="--train-epochs: only these modes (default: every mode that fit)")  # fmt: skip
+    parser.add_argument("--train-max-batches", type=int, default=0,
+                        help="--train-epochs: at most N CF batches per epoch, for sizes whose full "
+                        "epoch would take hours on the machine (default 0: every batch)")  # fmt: skip
     parser.add_argument(
         "--work-dir", type=Path, help="for the datasets and runs (default: a temp dir)"
     )
@@ -269,8 +276,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.memory_limit = parse_size(args.memory_limit, "--memory-limit")
     except ConfigError as exc:
         parser.error(str(exc))
-    if args.steps < 1 or args.threads < 1 or args.train_epochs < 0:
-        parser.error("--steps and --threads need to be at least 1, --train-epochs at least 0")
+    if args.steps < 1 or args.threads < 1 or args.train_epochs < 0 or args.train_max_batches < 0:
+        parser.error(
+            "--steps and --threads need to be at least 1, --train-epochs and --train-max-batches "
+            "at least 0"
+        )
     return args
 
 
@@ -297,7 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         plot(results, ingests, args.modes, args.memory_limit, figures / name)
         figure = f"benchmarks/figures/{name}"
     settings = {"model": args.model, "steps": args.steps, "threads": args.threads,
-                "train_epochs": args.train_epochs,
+                "train_epochs": args.train_epochs, "train_max_batches": args.train_max_batches,
                 "memory_limit": args.memory_limit, "memory_limit_text": args.memory_limit_text}  # fmt: skip
     body = report(results, ingests, args.modes, settings, figure, trainings)
     print(body)

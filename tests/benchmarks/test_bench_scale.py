@@ -160,4 +160,7 @@ def test_training_text_sets_recall_beside_a_random_ranking_or_says_it_was_not_ru
     text = training_text(trainings, ingests, {"train_epochs": 2})
     assert "| 1m | int2-sampled | 2 | 0.0512 | 0.0301 | 0.0008 | 1,500 | 7.2 |" in text
     assert "| 1m | fp32-whole | - | does not fit (allocation failed) |" in text
+    assert "2 epoch(s), every batch," in text
     assert "not run" in training_text([], ingests, {"train_epochs": 0})
+    capped = training_text(trainings, ingests, {"train_epochs": 1, "train_max_batches": 1500})
+    assert "1 epoch(s), the first 1,500 CF batches of each," in capped
