@@ -25,8 +25,8 @@ WIDTHS = ", ".join(map(str, BITS))
 
 # On/off settings (flag, TrainConfig field, group, help), given without a value.
 SWITCHES = [
-    ("--sparse-adam", "sparse_adam", "sampling", "--sampler neighbor: update the big embedding tables row by row with SparseAdam (only the rows a step reads move) instead of dense Adam"),
-    ("--offload-embeddings", "offload_embeddings", "sampling", "--sampler neighbor: keep the big embedding tables and their Adam state in host memory, a cache of hot rows on the device (implies --sparse-adam); table size bounded by host RAM"),
+    ("--sparse-adam", "sparse_adam", "sampling", "--sampler neighbor or --partitions N: update the big embedding tables row by row with SparseAdam (only the rows a step reads move) instead of dense Adam"),
+    ("--offload-embeddings", "offload_embeddings", "sampling", "--sampler neighbor or --partitions N: keep the big embedding tables and their Adam state in host memory, a cache of hot rows on the device (implies --sparse-adam); table size bounded by host RAM"),
 ]  # fmt: skip
 
 # (flag, TrainConfig field, metavar, help). Values are parsed by TrainConfig, so a wrong one is a

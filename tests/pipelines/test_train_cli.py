@@ -89,12 +89,11 @@ def bad_cases(data: Path, tmp: Path, finished: Path) -> list[tuple[str, list[str
         ("partitions-auto", ["--data", str(data), "--partitions", "2", "--bits", "auto", *new], "--partitions 2 runs in one process at fixed widths for now: drop --bits auto"),
         ("partitions-kgcn", ["--data", str(data), "--model", "kgcn", "--partitions", "2", *new], "KGCN draws a fixed number of neighbors per node: with --partitions add --sampler neighbor"),
         ("partitions-too-many", ["--data", str(data), "--partitions", "100000", *new], "--partitions 100000 exceeds the"),
-        ("offload-whole-graph", ["--data", str(data), "--offload-embeddings", *new], "--offload-embeddings trains through the sampled local path: add --sampler neighbor"),
+        ("offload-whole-graph", ["--data", str(data), "--offload-embeddings", *new], "--offload-embeddings trains through the sampled local path: add --sampler neighbor (or --partitions N)"),
         ("offload-workers", ["--data", str(data), "--sampler", "neighbor", "--offload-embeddings", "--workers", "2", *new], "--offload-embeddings updates the tables in one process: drop --workers"),
         ("offload-auto", ["--data", str(data), "--sampler", "neighbor", "--offload-embeddings", "--bits", "auto", *new], "--offload-embeddings runs at fixed widths"),
         ("offload-bprmf", ["--data", str(data), "--model", "bprmf", "--sampler", "neighbor", "--offload-embeddings", *new], "BPRMF has no graph to sample: train it with --sampler none"),
         ("cache-rows-alone", ["--data", str(data), "--sampler", "neighbor", "--cache-rows", "100", *new], "'cache_rows' sizes the device cache of offloaded tables: add --offload-embeddings"),
-        ("offload-partitions", ["--data", str(data), "--sampler", "neighbor", "--partitions", "2", "--offload-embeddings", *new], "--offload-embeddings reads rows ahead of sampled steps, not yet of partitions: drop --partitions"),
     ]  # fmt: skip
 
 

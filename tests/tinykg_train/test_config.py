@@ -190,6 +190,8 @@ def test_partitions_default_to_the_whole_graph_and_round_trip(tmp_path):
     assert config.partitions == 4 and TrainConfig.from_dict(config.to_dict()) == config
     both = TrainConfig(data="d", partitions=2, sampler="neighbor", n_layers=2, fanouts=[5, 5])
     assert (both.partitions, both.sampler) == (2, "neighbor")  # neighbors sampled in a partition
+    offloaded = TrainConfig(data="d", partitions=2, offload_embeddings=True)  # rows per partition
+    assert (offloaded.partitions, offloaded.sampler, offloaded.row_wise_tables) == (2, "none", True)
 
 
 @pytest.mark.parametrize(

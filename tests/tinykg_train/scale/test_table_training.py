@@ -153,6 +153,38 @@ def test_offloaded_tables_train_to_the_bits_of_tables_on_the_device_and_resume_e
     assert all(torch.equal(split_state[k], offload_state["node_embedding"][k]) for k in split_state)
 
 
+@pytest.mark.parametrize(
+    ("sampling", "cache_rows"),
+    [(dict(), 700), (dict(sampler="none", fanouts=None), 1000)],
+    ids=["sampled", "every-neighbor"],
+)
+def test_partitioned_training_with_offloaded_tables_matches_tables_on_the_device_and_resumes(
+    sampling, cache_rows, tiny_dataset_dir, tmp_path
+):
+    """--partitions 3, KGAT INT2 (CF and KG phases, the KG phase's rows read on demand): a cache
+    smaller than the table and a look-ahead of 2 steps give the bits of on-device row tables, the
+    steps of one partition hit the rows the previous ones loaded, and a resume repeats the run."""
+    settings = dict(partitions=3, **sampling)
+    on_device = train(run_config(tiny_dataset_dir, tmp_path / "device", sparse_adam=True, **settings))
+    offload = dict(offload_embeddings=True, cache_rows=cache_rows, prefetch_steps=2, **settings)
+    offloaded = train(run_config(tiny_dataset_dir, tmp_path / "offload", **offload))
+    assert {k: offloaded[k] for k in COMPARED} == {k: on_device[k] for k in COMPARED}
+    assert offloaded["partitions"] == on_device["partitions"]
+    assert all(loss > 0 for loss in offloaded["kg_loss"])
+    device_state = table_state(tmp_path / "device")["node_embedding"]
+    offload_state = table_state(tmp_path / "offload")["node_embedding"]
+    assert all(torch.equal(offload_state[k], device_state[k]) for k in device_state)
+    stats = offloaded["row_tables"]["stats"]["node_embedding"]
+    assert stats["hits"] > 0 and stats["misses"] > 0 and stats["evicted"] > 0
+    assert len(offload_state["weight"]) > cache_rows  # the cache holds part of the table
+
+    first = run_config(tiny_dataset_dir, tmp_path / "split", epochs=1, **offload)
+    train(first)
+    resumed = train(first.with_overrides(epochs=3, resume=True))
+    assert resumed["resumed_at_epoch"] == 1
+    assert {k: resumed[k] for k in COMPARED} == {k: offloaded[k] for k in COMPARED}
+
+
 def test_sparse_adam_differs_from_the_dense_adam_of_plain_sampled_training(
     tiny_dataset_dir, tmp_path
 ):
@@ -167,7 +199,7 @@ def test_sparse_adam_differs_from_the_dense_adam_of_plain_sampled_training(
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        (dict(sampler="none", fanouts=None, offload_embeddings=True), "--offload-embeddings trains through the sampled local path: add --sampler neighbor"),
+        (dict(sampler="none", fanouts=None, offload_embeddings=True), "--offload-embeddings trains through the sampled local path: add --sampler neighbor (or --partitions N)"),
         (dict(sampler="none", fanouts=None, sparse_adam=True), "--sparse-adam trains through the sampled local path"),
         (dict(offload_embeddings=True, workers=2), "--offload-embeddings updates the tables in one process: drop --workers"),
         (dict(offload_embeddings=True, bits="auto"), "--offload-embeddings runs at fixed widths: pass --bits 1, 2, 4, 8 or 32, not auto"),

@@ -237,13 +237,10 @@ class TrainConfig:
             raise ConfigError(f"{flag} updates the tables in one process: drop --workers")
         if self.adaptive:
             raise ConfigError(f"{flag} runs at fixed widths: pass --bits 1, 2, 4, 8 or 32, not auto")
-        if self.sampler == "none":
+        if self.sampler == "none" and self.partitions == 1:
             raise ConfigError(
-                f"{flag} trains through the sampled local path: add --sampler neighbor"
-            )
-        if self.partitions > 1:
-            raise ConfigError(
-                f"{flag} reads rows ahead of sampled steps, not yet of partitions: drop --partitions"
+                f"{flag} trains through the sampled local path: add --sampler neighbor "
+                "(or --partitions N)"
             )
 
     @property

@@ -169,13 +169,16 @@ class PartitionedBatches(SampledBatches):
         }
 
     def kg_loss(self, heads, relations, tails, neg_tails, users, items, neg_items):
+        interactions = (users, items, neg_items)
+        if self.tables is not None:  # row-wise (or offloaded) tables: rows gathered on demand
+            return self.tables.kg_loss(heads, relations, tails, neg_tails, interactions=interactions)
         return self.model.kg_loss(
             heads,
             relations,
             tails,
             neg_tails,
             rows=self.model.parameter_rows(),
-            interactions=(users, items, neg_items),
+            interactions=interactions,
         )
 
     def partition_summary(self) -> dict[str, Any]:

@@ -89,9 +89,10 @@ class TableTraining:
         rows = self._gather(self.model.rows_needed(users, pos_items, neg_items, graph))
         return self.model.local_loss(users, pos_items, neg_items, graph, rows)
 
-    def kg_loss(self, *batch) -> torch.Tensor:
-        """The KG phase's loss, its node rows gathered when it reads them."""
-        return self.model.kg_loss(*batch, rows=OnDemandRows(self))
+    def kg_loss(self, *batch, **options) -> torch.Tensor:
+        """The KG phase's loss, its node rows gathered when it reads them (`options`: the model's,
+        e.g. partitioned training's `interactions`)."""
+        return self.model.kg_loss(*batch, rows=OnDemandRows(self), **options)
 
     def step(self) -> None:
         """SparseAdam on the rows of the step's gathers (after backward)."""
