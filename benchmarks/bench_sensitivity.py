@@ -11,7 +11,8 @@ there is none, and the section says which), and one batch of the phase, and meas
 at each width, averaged over `--draws` draws of the rounding noise; and at 2 bits the bias (the
 same for the draws' mean gradient: about error / draws when the rounding is unbiased). Alongside:
 each dataset's shape (interactions per user, KG triples per interaction), where the errors it
-explains come from. Section `sensitivity-<device>` of BENCHMARKS.md.
+explains come from. Section `sensitivity-<device>` of BENCHMARKS.md (`sensitivity-<dataset>-<device>`
+when one dataset is measured).
 """
 
 from __future__ import annotations
@@ -190,8 +191,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(body)
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    # one dataset: its own section, so measuring another dataset leaves the others' results alone
+    only = datasets[0] if len(datasets) == 1 else None
     publish_section(
-        section_name("sensitivity", device),
+        section_name("sensitivity", device, only),
         f"Gradient error per saved tensor, width, phase and model ({', '.join(datasets)}; {device.upper()})",
         body,
         write=not args.no_write,

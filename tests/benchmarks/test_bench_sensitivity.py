@@ -27,6 +27,7 @@ def test_sites_are_measured_per_width_for_each_model_and_phase(
             "--matrix", str(tmp_path / "none")]  # fmt: skip
     assert main(argv) == 0
     text = md.read_text()
+    assert "<!-- begin:sensitivity-tiny-cpu -->" in text  # one dataset: its own section
     assert "tiny/kgat: untrained" in text and "| tiny | 200 | 300 |" in text
     rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| tiny | k")]
     phases = {(row[1], row[2]) for row in rows}
