@@ -29,6 +29,7 @@ BENCHMARKS = (
     "compress",
     "kernels",
     "memory",
+    "memory-peak",  # bench_memory --peak: the whole process's peak and its breakdown
     "gradient-error",
     "sensitivity",
     "accuracy",

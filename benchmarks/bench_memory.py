@@ -322,7 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_device_options(parser)
     parser.add_argument("--no-write", action="store_true", help="print, do not edit BENCHMARKS.md")
     peak = parser.add_argument_group("--peak: the whole process's peak and its breakdown")
-    peak.add_argument("--peak", action="store_true", help="each cell in a fresh process; section memory-peak-DATASET")
+    peak.add_argument("--peak", action="store_true", help="each cell in a fresh process; section memory-peak-DATASET-DEVICE")
     peak.add_argument("--steps", type=int, default=2, help="CF (and KG) steps of the cell's epoch (default 2)")
     peak.add_argument("--eval-block-bytes", type=int, help="the evaluator's block budget (default its own)")
     peak.add_argument("--save", type=Path, help="write the cells to this JSON file")
@@ -411,8 +411,8 @@ def peak_main(args: argparse.Namespace) -> int:
                 peak.save_cells(args.save, cells)
     body = peak.report(cells, dataset, peak.dataset_shape(data), before, device)
     print(body)
-    name = "synthetic" if args.dataset.startswith("synthetic:") else dataset
-    section = f"memory-peak-{'cuda-' if device == 'cuda' else ''}{name}"
+    name = f"synthetic-{users}" if args.dataset.startswith("synthetic:") else dataset
+    section = section_name("memory-peak", device, name)
     title = f"Peak memory per model and bit width, broken down ({device.upper()}, {dataset})"
     publish_section(section, title, body, write=not args.no_write)
     return 0

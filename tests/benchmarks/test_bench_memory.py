@@ -75,3 +75,19 @@ def test_cuda_section_has_the_step_peak(tiny_dataset_dir: Path, redirected):
     assert "<!-- begin:memory-tiny-cuda -->" in text and torch.cuda.get_device_name(0) in text
     assert text.count("| model | FP32 MiB | INT2 MiB |") == 2  # held for backward, step peak
     assert (figures / "memory-tiny-cuda.png").is_file()
+
+
+def test_peak_run_writes_its_section_with_each_widths_breakdown(
+    tiny_dataset_dir: Path, redirected, tmp_path: Path
+):
+    """`--peak`: a fresh process per cell; the section is named by the rule (it once was not, and
+    the run failed at its very end)."""
+    md, _ = redirected
+    cells = tmp_path / "cells.json"
+    argv = ["--peak", "--dataset", str(tiny_dataset_dir), "--models", "lightgcn", "--bits", "2",
+            "--steps", "1", "--device", "cpu", "--save", str(cells)]  # fmt: skip
+    assert main(argv) == 0
+    text = md.read_text()
+    assert "<!-- begin:memory-peak-tiny-cpu -->" in text
+    assert text.count("| lightgcn |") == 2  # FP32 first, then INT2
+    assert "peak RSS" in text and cells.is_file()
