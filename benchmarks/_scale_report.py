@@ -185,7 +185,8 @@ def report(
         ingest_table(ingests),
         f"Training: model **{settings['model']}**, each (size, mode) a fresh `python -m pipelines.train` "
         f"child (`--epochs 1 --max-batches-per-epoch {settings['steps']} --threads "
-        f"{settings['threads']} --no-mlflow`, then the valid and test ranking), the modes taking turns "
+        f"{settings['threads']} --no-mlflow`, then the valid and test ranking{eval_users_text(settings)}), "
+        "the modes taking turns "
         f"at each size. Each child runs under `RLIMIT_DATA` = {settings['memory_limit_text']} "
         "(its private writable memory, heap and anonymous mappings, reserved or touched: a bound at "
         "least as strict as the resident set, and one the allocator sees as a failed allocation rather "
@@ -205,6 +206,17 @@ def report(
     if figure:
         parts.append(f"![graph size against peak memory per mode]({figure})")
     return "\n\n".join(parts)
+
+
+def eval_users_text(settings: dict) -> str:
+    """How many users each ranking scored (`--eval-users`), as the report says it."""
+    users = settings.get("eval_users") or 0
+    if not users:
+        return " of every user"
+    return (
+        f" of a seeded sample of at most {users:,} users per split (`--eval-users {users}`), each "
+        "against every item"
+    )
 
 
 def training_text(trainings: list[dict], ingests: list[dict], settings: dict) -> str:

@@ -80,6 +80,7 @@ SETTINGS: dict[str, list[tuple[str, str, str, str]]] = {
         ("--eval-ks", "eval_ks", "K,K", "cut-offs for Recall@K / NDCG@K, e.g. 20,50 (20 is always added)"),
         ("--eval-every", "eval_every", "N", "rank the valid split every N epochs"),
         ("--eval-batch-users", "eval_batch_users", "N", "users scored at once when ranking"),
+        ("--eval-users", "eval_users", "N", "rank a seeded sample of at most N users of each split (all items still ranked; for graphs whose full ranking outlasts training)"),
     ],
 }  # fmt: skip
 
@@ -93,6 +94,7 @@ def show_value(field: str, value: Any) -> str:
             "threads": "the CPUs this process may use",
             "fanouts": "10 per layer",
             "cache_rows": "sized to the steps and the look-ahead",
+            "eval_users": "every user",
         }.get(field, "none")
     if isinstance(value, list):
         return ",".join(map(str, value))

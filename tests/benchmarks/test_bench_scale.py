@@ -12,6 +12,7 @@ import pytest
 from benchmarks import bench_scale
 from benchmarks._scale_report import (
     MODES,
+    eval_users_text,
     largest_fitting,
     parse_size_preset,
     report,
@@ -162,5 +163,7 @@ def test_training_text_sets_recall_beside_a_random_ranking_or_says_it_was_not_ru
     assert "| 1m | fp32-whole | - | does not fit (allocation failed) |" in text
     assert "2 epoch(s), every batch," in text
     assert "not run" in training_text([], ingests, {"train_epochs": 0})
+    assert "of a seeded sample of at most 20,000 users" in eval_users_text({"eval_users": 20000})
+    assert eval_users_text({"eval_users": 0}) == " of every user"
     capped = training_text(trainings, ingests, {"train_epochs": 1, "train_max_batches": 1500})
     assert "1 epoch(s), the first 1,500 CF batches of each," in capped

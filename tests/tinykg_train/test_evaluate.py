@@ -36,8 +36,11 @@ class FixedScorer(torch.nn.Module):
         return self.scores[users]
 
 
-def reference_evaluate(dataset: KGDataset, scores: np.ndarray, split: str, ks) -> dict[str, float]:
-    """Per user, straight from the definitions: sort every unmasked item, count and discount hits."""
+def reference_evaluate(
+    dataset: KGDataset, scores: np.ndarray, split: str, ks, users=None
+) -> dict[str, float]:
+    """Per user (every one, or those in `users`), straight from the definitions: sort every unmasked
+    item, count and discount hits."""
     masked_splits = ["train"] if split == "valid" else ["train", "valid"]
     known: dict[int, set[int]] = {}
     for name in masked_splits:
@@ -49,6 +52,8 @@ def reference_evaluate(dataset: KGDataset, scores: np.ndarray, split: str, ks) -
     sums = {f"{m}@{k}": 0.0 for k in ks for m in ("recall", "ndcg")}
     counted = 0
     for user in sorted(held_out):
+        if users is not None and user not in users:
+            continue
         relevant = held_out[user] - known.get(user, set())
         if not relevant:
             continue
@@ -126,6 +131,28 @@ def test_random_scores_agree_with_the_reference(tiny_dataset_dir: Path, split, b
     assert got.keys() == expected.keys()
     for name, value in expected.items():
         assert got[name] == pytest.approx(value, rel=1e-9), name
+
+
+@pytest.mark.parametrize("split", ["valid", "test"])
+def test_a_user_sample_ranks_that_many_seeded_users_against_every_item(
+    tiny_dataset_dir: Path, split
+):
+    dataset = KGDataset.open(tiny_dataset_dir)
+    everyone = RankingEvaluator(dataset).users(split)
+    sampled = RankingEvaluator(dataset, sample_users=50, seed=1)
+    users = sampled.users(split)
+    assert len(users) == len(set(users.tolist())) == 50 and set(users) <= set(everyone)
+    assert np.all(np.diff(users) > 0)  # sorted
+    assert np.array_equal(users, RankingEvaluator(dataset, sample_users=50, seed=1).users(split))
+    assert not np.array_equal(users, RankingEvaluator(dataset, sample_users=50, seed=2).users(split))
+    big = RankingEvaluator(dataset, sample_users=len(everyone) + 1)  # more than there are: all
+    assert np.array_equal(big.users(split), everyone)
+
+    scores = torch.rand(dataset.n_users, dataset.n_items, generator=torch.Generator().manual_seed(4))
+    got = sampled.evaluate(FixedScorer(scores), split)
+    expected = reference_evaluate(dataset, scores.double().numpy(), split, [20], set(users.tolist()))
+    assert got == pytest.approx(expected, rel=1e-9)
+    assert got != pytest.approx(reference_evaluate(dataset, scores.double().numpy(), split, [20]))
 
 
 def test_scoring_the_known_items_high_does_not_help(tiny_dataset_dir: Path):
@@ -245,3 +272,20 @@ def test_a_block_budget_bounds_the_score_blocks_memory(many_users):
     assert largest_block < n_users
     assert whole >= n_users * 300 * BLOCK_BYTES_PER_SCORE
     assert bounded <= 1.1 * largest_block * 300 * BLOCK_BYTES_PER_SCORE
+
+
+def test_eval_users_reaches_the_runs_evaluator_and_a_bad_value_is_one_line(
+    tiny_dataset_dir: Path, tmp_path: Path
+):
+    from tinykg_train.config import TrainConfig
+    from tinykg_train.errors import ConfigError
+    from tinykg_train.session import open_session
+
+    config = TrainConfig(
+        data=str(tiny_dataset_dir), model="bprmf", eval_users="30", seed=5, device="cpu",
+        out=str(tmp_path / "run"),
+    )  # fmt: skip
+    session = open_session(config, torch.device("cpu"))
+    assert len(session.evaluator.users("valid")) == 30 and session.evaluator.seed == 5
+    with pytest.raises(ConfigError, match=r"^'eval_users' needs to be a positive integer or null \(got 0\)$"):  # fmt: skip
+        TrainConfig(data="d", eval_users=0)

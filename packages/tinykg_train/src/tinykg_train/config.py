@@ -63,7 +63,9 @@ INT_FIELDS = frozenset(
         "patience", "min_epochs", "adapt_every", "workers", "partitions", "prefetch_steps",
     }
 )  # fmt: skip
-OPTIONAL_INT_FIELDS = frozenset({"group_size", "max_batches_per_epoch", "threads", "cache_rows"})
+OPTIONAL_INT_FIELDS = frozenset(
+    {"group_size", "max_batches_per_epoch", "threads", "cache_rows", "eval_users"}
+)
 FLOAT_FIELDS = frozenset({"lr", "l2", "dropout", "auto_bits"})
 STR_FIELDS = frozenset({"data", "model", "scheme", "device", "out", "sampler"})
 OPTIONAL_STR_FIELDS = frozenset({"memory_budget"})
@@ -107,6 +109,9 @@ class TrainConfig:
     eval_ks: tuple[int, ...] = (20,)
     eval_every: int = 1
     eval_batch_users: int = 1024
+    # rank a seeded sample of at most this many users of each split (every item still ranked), for
+    # graphs whose full ranking of every user takes longer than the training; None: every user
+    eval_users: int | None = None
     patience: int = 5  # early stopping: evaluations without a better valid Recall@20
     min_epochs: int = 0  # early stopping never ends a run before this many epochs
     max_batches_per_epoch: int | None = None  # cap for quick runs and tests

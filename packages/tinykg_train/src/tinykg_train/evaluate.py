@@ -29,6 +29,8 @@ from tqdm.auto import tqdm
 from tinykg_train.metrics import ranking_metrics
 
 EVAL_SPLITS = ("valid", "test")
+#: Mixed into the seed of `sample_users`' draw, apart from every training stream.
+USER_SAMPLE_STREAM = 0xE7A1
 #: Default bound on one block's [users, n_items] work, in bytes.
 DEFAULT_BLOCK_BYTES = 64 << 20
 #: Bytes per (user, item) in a block: the float32 scores, their masked copy and a bool flag.
@@ -87,8 +89,11 @@ class RankingEvaluator:
         batch_users: int = 1024,
         device: torch.device | str = "cpu",
         block_bytes: int = DEFAULT_BLOCK_BYTES,
+        sample_users: int | None = None,
+        seed: int = 0,
     ) -> None:
         self.ks = tuple(sorted(set(int(k) for k in ks)))
+        self.sample_users, self.seed = sample_users, int(seed)
         self.batch_users = int(batch_users)
         self.block_bytes = int(block_bytes)
         self.device = torch.device(device)
@@ -105,8 +110,14 @@ class RankingEvaluator:
         return ("train",) if split == "valid" else ("train", "valid")
 
     def users(self, split: str) -> np.ndarray:
-        """The users evaluated on `split`: those with at least one held-out item there."""
-        return np.flatnonzero(self.split_items[split].counts() > 0)
+        """The users evaluated on `split`: those with at least one held-out item there, or with
+        `sample_users`, a sample of at most that many of them, drawn (sorted) by a generator seeded
+        by `seed` and the split: the same users at every evaluation of a run."""
+        users = np.flatnonzero(self.split_items[split].counts() > 0)
+        if self.sample_users is None or self.sample_users >= len(users):
+            return users
+        rng = np.random.default_rng([self.seed, EVAL_SPLITS.index(split), USER_SAMPLE_STREAM])
+        return np.sort(rng.choice(users, size=self.sample_users, replace=False))
 
     def _chunks(self, users: np.ndarray) -> Iterator[np.ndarray]:
         for start in range(0, len(users), self.batch_users):

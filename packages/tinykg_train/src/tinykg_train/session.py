@@ -166,7 +166,14 @@ def open_session(
         optimizer=dense_adam(model if tables is None else tables.dense_parameters(), config.lr),
         cf_batches=cf_batches,
         kg_batches=kg_batches,
-        evaluator=RankingEvaluator(dataset, evaluation_ks(config), config.eval_batch_users, device),
+        evaluator=RankingEvaluator(
+            dataset,
+            evaluation_ks(config),
+            config.eval_batch_users,
+            device,
+            sample_users=config.eval_users,
+            seed=config.seed,
+        ),
         state=TrainingState(),
         fallback_compression=None
         if getattr(model, "compression", None) is not None
