@@ -11,10 +11,12 @@ A size is the graph's triples + interactions (`100k`, `1m`, `10m`, `100m`: 10k t
 by `kg_data.synthetic` in a child process and ingested by `python -m pipelines.ingest` in another
 (its MB/s of raw text and peak RSS). Then each mode (`_scale_report.MODES`: whole-graph FP32 and INT2,
 sampled, partitioned and offloaded INT2) trains `--steps` CF steps of one epoch, and ranks the valid
-and test users, in a fresh `python -m pipelines.train` child under `RLIMIT_DATA` = `--memory-limit`
-(on CPU; on CUDA a run fits when its `cuda_max_memory_allocated` is within the limit): its peak RSS
+and test users, in a fresh `python -m pipelines.train` child whose resident set may not pass
+`--memory-limit` (on CPU, `run_child`'s watchdog and its `wait4` peak; on CUDA a run fits when its
+`cuda_max_memory_allocated` is within the limit): its peak RSS
 (`wait4`), seconds per step, activation bytes and step memory breakdown (metrics.json). A child that
-fails to allocate (MemoryError, a refused torch or Rust allocation, a kill) *does not fit*; a mode that
+goes over the limit or fails to allocate (MemoryError, a refused torch or Rust allocation, a kill)
+*does not fit*; a mode that
 does not fit at a size is not tried at larger ones. The modes take turns at each size, so load from
 other processes hits them alike. Section `scale-<device>`, with a figure of graph size against peak
 memory per mode and the limit as a line.
@@ -27,7 +29,6 @@ import json
 import math
 import os
 import re
-import resource
 import shutil
 import signal
 import subprocess
@@ -62,42 +63,54 @@ MEMORY_SIGNALS = {signal.SIGKILL, signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS}
 
 
 class OutOfMemory(Exception):
-    """A child process failed for want of memory."""
+    """A child process went over the memory limit or failed for want of memory."""
 
 
-def limit_data(limit: int | None):
-    """A `preexec_fn` capping the child's private writable memory at `limit` bytes (None: no cap)."""
-
-    def apply() -> None:
-        if limit is not None:
-            resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
-
-    return apply
+#: how often the watchdog reads a limited child's resident set (seconds)
+RSS_POLL_SECONDS = 0.05
 
 
 def run_child(command: list[str], log: Path, limit: int | None) -> dict:
-    """Run `command` (stdout and stderr into `log`.out/.err) under `limit_data(limit)`; its seconds
-    and peak RSS (`wait4`: this child's own, not the largest of all children so far). Raises
-    `OutOfMemory` when it failed to allocate, RuntimeError for any other failure."""
+    """Run `command` (stdout and stderr into `log`.out/.err), its resident set held to `limit`
+    bytes (None: no limit); its seconds and peak RSS (`wait4`: this child's own, not the largest of
+    all children so far). A watchdog reads the child's RSS every `RSS_POLL_SECONDS` and kills it
+    when it passes the limit, and a child whose own peak (`ru_maxrss`) passed it between two reads
+    is over too: what fits is a peak RSS within the limit, as a cgroup's memory limit would have it,
+    not the address space the allocators reserve (`RLIMIT_DATA` counted that, and refused runs
+    whose RSS was 30% under the limit). Raises `OutOfMemory` when it went over or failed to
+    allocate, RuntimeError for any other failure."""
+    import psutil
+
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     start = time.perf_counter()
+    over = False
     with open(f"{log}.out", "w") as out, open(f"{log}.err", "w") as err:
-        child = subprocess.Popen(
-            command, cwd=REPO_ROOT, stdout=out, stderr=err, env=env, preexec_fn=limit_data(limit)
-        )
-        _, status, usage = os.wait4(child.pid, 0)
+        child = subprocess.Popen(command, cwd=REPO_ROOT, stdout=out, stderr=err, env=env)
+        watched = psutil.Process(child.pid)
+        while True:
+            pid, status, usage = os.wait4(child.pid, os.WNOHANG if limit is not None else 0)
+            if pid:
+                break
+            try:
+                if watched.memory_info().rss > limit:
+                    over = True
+                    child.kill()
+            except psutil.NoSuchProcess:
+                pass
+            time.sleep(RSS_POLL_SECONDS)
         child.returncode = os.waitstatus_to_exitcode(status)
     seconds = time.perf_counter() - start
+    peak = usage.ru_maxrss * 1024
+    if over or (limit is not None and peak > limit):
+        raise OutOfMemory(f"resident set over the limit (peak {peak / 2**20:,.0f} MiB or more)")
     stdout, stderr = Path(f"{log}.out").read_text(), Path(f"{log}.err").read_text()
     if child.returncode != 0:
         if -child.returncode in MEMORY_SIGNALS:
             raise OutOfMemory(f"killed by {signal.Signals(-child.returncode).name}")
         if OUT_OF_MEMORY.search(stderr):
             raise OutOfMemory("allocation failed")
-        if limit is not None and not stderr.strip():  # too short of memory to print a traceback
-            raise OutOfMemory(f"exit {child.returncode} without a message")
         raise RuntimeError(f"{' '.join(command)} failed ({child.returncode}):\n{stderr[-3000:]}")
-    return {"seconds": seconds, "peak_rss_bytes": usage.ru_maxrss * 1024, "stdout": stdout}
+    return {"seconds": seconds, "peak_rss_bytes": peak, "stdout": stdout}
 
 
 def generate(preset: SizePreset, raw: Path) -> None:
@@ -257,7 +270,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=5, help="CF steps per run (default 5)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1)")
     parser.add_argument("--memory-limit", default="16GB",
-                        help="RLIMIT_DATA of each training child, e.g. 3GB (default 16GB)")  # fmt: skip
+                        help="peak resident set each training child may reach, e.g. 3GB (default 16GB)")  # fmt: skip
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--train-epochs", type=int, default=0,
                         help="then train the modes that fit the largest size for N full epochs "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 
 import pytest
 
@@ -99,14 +100,23 @@ def test_report_names_the_largest_size_per_mode_and_the_limit():
     settings = {"model": "kgat", "steps": 5, "threads": 1, "memory_limit_text": "2GB"}
     body = report(FAKE, ingests, ["fp32-whole", "int2-sampled"], settings, figure=None)
     assert "fp32-whole **100k**, int2-sampled **1m**" in body
-    assert "`RLIMIT_DATA` = 2GB" in body
+    assert "resident set is held to 2GB" in body
     assert "| 1m | 100,000 | 333,333 | 500,000 | 10.0 | 1.00 | 10.0 | 256 |" in body
 
 
 def test_a_child_that_cannot_allocate_does_not_fit_and_other_failures_raise(tmp_path):
-    hog = [sys.executable, "-c", "bytearray(2 * 10**9)"]
-    with pytest.raises(bench_scale.OutOfMemory):
+    hog = [sys.executable, "-c", "import time; b = bytearray(2 * 10**9); time.sleep(30)"]
+    started = time.perf_counter()
+    with pytest.raises(bench_scale.OutOfMemory, match="resident set over the limit"):
         bench_scale.run_child(hog, tmp_path / "hog", limit=500 * 10**6)
+    assert time.perf_counter() - started < 20  # the watchdog killed it, not the end of its sleep
+    # over the limit between two reads of the watchdog: its own peak says so
+    blip = [sys.executable, "-c", "b = bytearray(800 * 10**6); del b"]
+    with pytest.raises(bench_scale.OutOfMemory, match="resident set over the limit"):
+        bench_scale.run_child(blip, tmp_path / "blip", limit=500 * 10**6)
+    # reserved but never touched address space is not resident: it fits
+    reserve = [sys.executable, "-c", "import mmap; m = mmap.mmap(-1, 4 * 10**9); print('ok')"]
+    assert bench_scale.run_child(reserve, tmp_path / "reserve", limit=500 * 10**6)["stdout"] == "ok\n"
     killed = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]
     with pytest.raises(bench_scale.OutOfMemory, match="SIGKILL"):  # as the OOM killer does
         bench_scale.run_child(killed, tmp_path / "killed", limit=None)
