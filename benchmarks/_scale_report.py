@@ -181,19 +181,19 @@ def report(
         f"Synthetic KGs from `kg_data.synthetic` (users = items = entities / 4, {N_RELATIONS} "
         f"relations, {MEAN_USER_DEGREE} interactions per user on average), named by their triples + "
         "interactions. Ingest: `python -m pipelines.ingest` in a child process; MB/s is the raw text "
-        "over the ingest's own seconds (its summary line), peak RSS the child's (`wait4`).",
+        "over the ingest's own seconds (its summary line), peak RSS the child's (its `VmHWM`).",
         ingest_table(ingests),
         f"Training: model **{settings['model']}**, each (size, mode) a fresh `python -m pipelines.train` "
         f"child (`--epochs 1 --max-batches-per-epoch {settings['steps']} --threads "
         f"{settings['threads']} --no-mlflow`, then the valid and test ranking{eval_users_text(settings)}), "
         "the modes taking turns "
         f"at each size. Each child's resident set is held to {settings['memory_limit_text']}: a "
-        "watchdog reads it every 50 ms and kills the child when it passes the limit, and a child "
-        "whose own peak (`wait4`'s `ru_maxrss`) passed it between two reads is over too, so a run "
-        "fits when its peak RSS is within the limit, as under a cgroup's memory limit (address space "
-        "reserved but never touched does not count); a child over the limit or failing to allocate "
-        "is *does not fit*. Cells: "
-        "the child's peak RSS (`wait4`'s `ru_maxrss`; on CUDA the headline is metrics.json's "
+        "watchdog reads its resident high-water mark (`VmHWM`, which counts the child from its exec, "
+        "not the forked copy of this process it began as) every 50 ms and kills the child once it "
+        "passes the limit, so a run fits when its peak RSS is within the limit, as under a cgroup's "
+        "memory limit (address space reserved but never touched does not count); a child over the "
+        "limit or failing to allocate is *does not fit*. Cells: "
+        "the child's peak RSS (`VmHWM`; on CUDA the headline is metrics.json's "
         "`cuda_max_memory_allocated`, in the detail table) / seconds per CF step (the epoch's "
         "seconds, KGAT's KG steps and attention refresh included, over its CF steps) / fits.",
         results_table(results, sizes, modes),

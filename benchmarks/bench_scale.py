@@ -12,9 +12,8 @@ by `kg_data.synthetic` in a child process and ingested by `python -m pipelines.i
 (its MB/s of raw text and peak RSS). Then each mode (`_scale_report.MODES`: whole-graph FP32 and INT2,
 sampled, partitioned and offloaded INT2) trains `--steps` CF steps of one epoch, and ranks the valid
 and test users, in a fresh `python -m pipelines.train` child whose resident set may not pass
-`--memory-limit` (on CPU, `run_child`'s watchdog and its `wait4` peak; on CUDA a run fits when its
-`cuda_max_memory_allocated` is within the limit): its peak RSS
-(`wait4`), seconds per step, activation bytes and step memory breakdown (metrics.json). A child that
+`--memory-limit` (on CPU, `run_child`'s watchdog of its resident high-water mark; on CUDA a run
+fits when its `cuda_max_memory_allocated` is within the limit): its peak RSS, seconds per step, activation bytes and step memory breakdown (metrics.json). A child that
 goes over the limit or fails to allocate (MemoryError, a refused torch or Rust allocation, a kill)
 *does not fit*; a mode that
 does not fit at a size is not tried at larger ones. The modes take turns at each size, so load from
@@ -70,37 +69,46 @@ class OutOfMemory(Exception):
 RSS_POLL_SECONDS = 0.05
 
 
+def resident_peak(pid: int) -> int | None:
+    """The high-water mark of `pid`'s resident set since its exec (`VmHWM`), in bytes; None once
+    it is gone. Unlike `wait4`'s `ru_maxrss` it leaves out the pages of the forked copy of the
+    parent that the child started as, which Linux folds into `ru_maxrss` at exec."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return None
+
+
 def run_child(command: list[str], log: Path, limit: int | None) -> dict:
     """Run `command` (stdout and stderr into `log`.out/.err), its resident set held to `limit`
-    bytes (None: no limit); its seconds and peak RSS (`wait4`: this child's own, not the largest of
-    all children so far). A watchdog reads the child's RSS every `RSS_POLL_SECONDS` and kills it
-    when it passes the limit, and a child whose own peak (`ru_maxrss`) passed it between two reads
-    is over too: what fits is a peak RSS within the limit, as a cgroup's memory limit would have it,
-    not the address space the allocators reserve (`RLIMIT_DATA` counted that, and refused runs
-    whose RSS was 30% under the limit). Raises `OutOfMemory` when it went over or failed to
-    allocate, RuntimeError for any other failure."""
-    import psutil
-
+    bytes (None: no limit); its seconds and peak RSS. A watchdog reads the child's own resident
+    high-water mark (`resident_peak`) every `RSS_POLL_SECONDS` and kills the child once it passes
+    the limit, so what fits is a peak RSS within the limit, as a cgroup's memory limit would count
+    it, not the address space the allocators reserve (`RLIMIT_DATA` counted that, and refused runs
+    whose RSS was 30% under the limit). A child gone before the first read is measured by `wait4`.
+    Raises `OutOfMemory` when it went over or failed to allocate, RuntimeError for any other
+    failure."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     start = time.perf_counter()
-    over = False
+    over, seen = False, 0
     with open(f"{log}.out", "w") as out, open(f"{log}.err", "w") as err:
         child = subprocess.Popen(command, cwd=REPO_ROOT, stdout=out, stderr=err, env=env)
-        watched = psutil.Process(child.pid)
         while True:
-            pid, status, usage = os.wait4(child.pid, os.WNOHANG if limit is not None else 0)
+            pid, status, usage = os.wait4(child.pid, os.WNOHANG)
             if pid:
                 break
-            try:
-                if watched.memory_info().rss > limit:
-                    over = True
-                    child.kill()
-            except psutil.NoSuchProcess:
-                pass
+            seen = max(seen, resident_peak(child.pid) or 0)
+            if limit is not None and seen > limit and not over:
+                over = True
+                child.kill()
             time.sleep(RSS_POLL_SECONDS)
         child.returncode = os.waitstatus_to_exitcode(status)
     seconds = time.perf_counter() - start
-    peak = usage.ru_maxrss * 1024
+    peak = seen or usage.ru_maxrss * 1024
     if over or (limit is not None and peak > limit):
         raise OutOfMemory(f"resident set over the limit (peak {peak / 2**20:,.0f} MiB or more)")
     stdout, stderr = Path(f"{log}.out").read_text(), Path(f"{log}.err").read_text()

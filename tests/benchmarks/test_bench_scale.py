@@ -110,8 +110,8 @@ def test_a_child_that_cannot_allocate_does_not_fit_and_other_failures_raise(tmp_
     with pytest.raises(bench_scale.OutOfMemory, match="resident set over the limit"):
         bench_scale.run_child(hog, tmp_path / "hog", limit=500 * 10**6)
     assert time.perf_counter() - started < 20  # the watchdog killed it, not the end of its sleep
-    # over the limit between two reads of the watchdog: its own peak says so
-    blip = [sys.executable, "-c", "b = bytearray(800 * 10**6); del b"]
+    # back under the limit by the next read: its high-water mark says it went over
+    blip = [sys.executable, "-c", "import time; b = bytearray(800 * 10**6); del b; time.sleep(0.3)"]
     with pytest.raises(bench_scale.OutOfMemory, match="resident set over the limit"):
         bench_scale.run_child(blip, tmp_path / "blip", limit=500 * 10**6)
     # reserved but never touched address space is not resident: it fits
@@ -129,6 +129,10 @@ def test_a_child_that_cannot_allocate_does_not_fit_and_other_failures_raise(tmp_
         )
     done = bench_scale.run_child([sys.executable, "-c", "print('ok')"], tmp_path / "ok", limit=None)
     assert done["stdout"] == "ok\n" and done["peak_rss_bytes"] > 0
+    # the child's own peak, not this (bigger) process's pages it was forked from
+    ballast = bytearray(600 * 10**6)  # noqa: F841 (held while the child runs)
+    small = [sys.executable, "-c", "import time; time.sleep(0.5)"]
+    assert bench_scale.run_child(small, tmp_path / "small", limit=500 * 10**6)["peak_rss_bytes"] < 100 * 2**20
 
 
 def test_tiny_run_of_two_modes_reports_both_a_full_training_and_leaves_benchmarks_md_alone(
