@@ -13,9 +13,9 @@ by `kg_data.synthetic` in a child process and ingested by `python -m pipelines.i
 sampled, partitioned and offloaded INT2) trains `--steps` CF steps of one epoch, and ranks the valid
 and test users, in a fresh `python -m pipelines.train` child whose resident set may not pass
 `--memory-limit` (on CPU, `run_child`'s watchdog of its resident high-water mark; on CUDA a run
-fits when its `cuda_max_memory_allocated` is within the limit): its peak RSS, seconds per step, activation bytes and step memory breakdown (metrics.json). A child that
-goes over the limit or fails to allocate (MemoryError, a refused torch or Rust allocation, a kill)
-*does not fit*; a mode that
+fits when its `cuda_max_memory_allocated` is within the limit): its peak RSS, seconds per step,
+activation bytes and step memory breakdown (metrics.json). A child that goes over the limit or fails
+to allocate (MemoryError, a refused torch or Rust allocation, a kill) *does not fit*; a mode that
 does not fit at a size is not tried at larger ones. The modes take turns at each size, so load from
 other processes hits them alike. Section `scale-<device>`, with a figure of graph size against peak
 memory per mode and the limit as a line.
