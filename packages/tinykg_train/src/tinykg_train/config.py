@@ -123,7 +123,7 @@ class TrainConfig:
     # > 1: train on that many self-sufficient partitions of the graph, one at a time (each CF step
     # on its partition's interactions and graph only); 1 = off (scale.partitioned_training)
     partitions: int = 1
-    # sampled training only: the big embedding tables (the ones the local path reads through
+    # sampled or partitioned training: the big embedding tables (the ones the local path reads through
     # `rows`) updated row by row with SparseAdam (`scale.RowTables`) instead of dense Adam, on the
     # device (`sparse_adam`), or in host memory with a device cache of `cache_rows` rows per table
     # (None: sized to the steps) fed `prefetch_steps` steps ahead (`offload_embeddings`)
