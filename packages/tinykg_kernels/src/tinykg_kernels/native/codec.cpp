@@ -20,8 +20,15 @@ namespace {
 constexpr float kSmallestNormal = 1.17549435082228750797e-38f;
 constexpr uint16_t kBfloat16Nan = 0x7FC0;  // torch's bfloat16 NaN (float('nan') converted)
 
+using tinykg::equal;
+using tinykg::greater;
+using tinykg::greater_equal;
+using tinykg::is_nan;
 using tinykg::kLanes;
+using tinykg::less;
 using tinykg::load;
+using tinykg::not_equal;
+using tinykg::select;
 using tinykg::store;
 using tinykg::vb16;
 using tinykg::vf16;
@@ -132,17 +139,17 @@ void group_range(const float* x, int64_t n, float* lo_out, float* hi_out, bool* 
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes) {
     const vf16 v = load<vf16>(x + j);
-    lo = v < lo ? v : lo;
-    hi = v > hi ? v : hi;
-    nan_seen |= v != v;
+    lo = select(less(v, lo), v, lo);
+    hi = select(greater(v, hi), v, hi);
+    nan_seen |= is_nan(v);
   }
   // lanes folded in halves (4 shuffles), not one by one
 #define TINYKG_FOLD(...)                                   \
   {                                                        \
     const vf16 lo_2 = __builtin_shufflevector(lo, lo, __VA_ARGS__); \
     const vf16 hi_2 = __builtin_shufflevector(hi, hi, __VA_ARGS__); \
-    lo = lo_2 < lo ? lo_2 : lo;                            \
-    hi = hi_2 > hi ? hi_2 : hi;                            \
+    lo = select(less(lo_2, lo), lo_2, lo);                 \
+    hi = select(greater(hi_2, hi), hi_2, hi);              \
     nan_seen |= __builtin_shufflevector(nan_seen, nan_seen, __VA_ARGS__); \
   }
   TINYKG_FOLD(8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7)
@@ -185,18 +192,19 @@ inline vi16 encode16(vf16 x, uint32_t first_index, float zero, float inverse, fl
     u = __builtin_convertvector(h >> 8, vf16) * (1.0f / 16777216.0f);
   }
   if constexpr (NORMAL) {
-    const vi16 above_1 = t >= table.level[1], above_2 = t >= table.level[2];  // -1 or 0
-    const vf16 level = above_2 ? vf16{} + table.level[2]
-                               : (above_1 ? vf16{} + table.level[1] : vf16{} + table.level[0]);
-    const vf16 width = above_2 ? vf16{} + table.inverse_width[2]
-                               : (above_1 ? vf16{} + table.inverse_width[1]
-                                          : vf16{} + table.inverse_width[0]);
+    const vi16 above_1 = greater_equal(t, table.level[1]);  // -1 or 0
+    const vi16 above_2 = greater_equal(t, table.level[2]);
+    const vf16 level = select(above_2, vf16{} + table.level[2],
+                              select(above_1, vf16{} + table.level[1], vf16{} + table.level[0]));
+    const vf16 width =
+        select(above_2, vf16{} + table.inverse_width[2],
+               select(above_1, vf16{} + table.inverse_width[1], vf16{} + table.inverse_width[0]));
     const vf16 p_up = (t - level) * width;
-    return -(above_1 + above_2 + (u < p_up));
+    return -(above_1 + above_2 + less(u, p_up));
   } else {
     vf16 c = t + u;
-    c = c > 0.0f ? c : vf16{};  // floor, then clamp to [0, top] = truncate after the clamp
-    c = c < top ? c : vf16{} + top;
+    c = select(greater(c, 0.0f), c, vf16{});  // floor, then clamp to [0, top] = truncate after
+    c = select(less(c, top), c, vf16{} + top);  // the clamp
     return __builtin_convertvector(c, vi16);
   }
 }
@@ -206,14 +214,14 @@ inline vf16 round_bfloat16(vf16 v, bool up) {
   const vu16 b = reinterpret_cast<vu16>(v);
   const vu16 towards_zero = b & 0xFFFF0000u;
   const vu16 away_from_zero = (b + 0xFFFFu) & 0xFFFF0000u;
-  const vi16 negative = reinterpret_cast<vi16>(b) < 0;
-  const vu16 rounded = up ? (negative ? towards_zero : away_from_zero)
-                          : (negative ? away_from_zero : towards_zero);
-  return reinterpret_cast<vf16>(v != v ? b : rounded);  // NaN stays NaN
+  const vi16 negative = less(reinterpret_cast<vi16>(b), 0);
+  const vu16 rounded = up ? select(negative, towards_zero, away_from_zero)
+                          : select(negative, away_from_zero, towards_zero);
+  return reinterpret_cast<vf16>(select(is_nan(v), b, rounded));  // NaN stays NaN
 }
 
 inline vi16 is_finite(vf16 v) {
-  return (reinterpret_cast<vi16>(v) & 0x7F800000) != 0x7F800000;
+  return not_equal(reinterpret_cast<vi16>(v) & 0x7F800000, 0x7F800000);
 }
 
 // One group's codes, packed, from its zero and 1 / scale. A last part shorter than 16 elements
@@ -262,11 +270,12 @@ void quantize_groups(const float* x, int64_t n_groups, int64_t group_len, const 
     }
     const vf16 zero = round_bfloat16(lo, false);
     vf16 raw = (hi - zero) * inverse_steps;
-    raw = raw > 0.0f ? (raw > kSmallestNormal ? raw : vf16{} + kSmallestNormal) : vf16{};
+    raw = select(greater(raw, 0.0f),
+                 select(greater(raw, kSmallestNormal), raw, vf16{} + kSmallestNormal), vf16{});
     const vf16 scale = round_bfloat16(raw, true);
     const vi16 bad =
         has_nan | ~(is_finite(lo) & is_finite(hi) & is_finite(zero) & is_finite(scale));
-    const vf16 inverse = scale > 0.0f ? 1.0f / scale : vf16{};
+    const vf16 inverse = select(greater(scale, 0.0f), 1.0f / scale, vf16{});
     const vu16 zero_bits = reinterpret_cast<vu16>(zero) >> 16;
     const vu16 scale_bits = reinterpret_cast<vu16>(scale) >> 16;
     for (int k = 0; k < count; ++k) {
@@ -305,8 +314,9 @@ void dequantize_groups(const uint8_t* packed, const uint16_t* zero_bits,
       const vi16 code = unpack16<BITS>(bytes);
       vf16 level;
       if constexpr (NORMAL) {  // selects rather than a gather: they vectorize
-        level = code < 2 ? (code == 0 ? vf16{} + levels[0] : vf16{} + levels[1])
-                         : (code == 2 ? vf16{} + levels[2] : vf16{} + levels[3]);
+        level = select(less(code, 2),
+                       select(equal(code, 0), vf16{} + levels[0], vf16{} + levels[1]),
+                       select(equal(code, 2), vf16{} + levels[2], vf16{} + levels[3]));
       } else {
         level = __builtin_convertvector(code, vf16);
       }

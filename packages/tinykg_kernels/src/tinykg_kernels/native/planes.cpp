@@ -13,13 +13,19 @@
 
 namespace {
 
+using tinykg::greater;
 using tinykg::load;
+using tinykg::not_equal;
+using tinykg::select;
 using tinykg::store;
 using tinykg::vb16;
 using tinykg::vf16;
 using tinykg::vi16;
 
-inline vf16 leaky(vf16 x, float slope) { return x > 0.0f ? x : x * slope; }
+inline vf16 leaky(vf16 x, float slope) { return select(greater(x, 0.0f), x, x * slope); }
+
+// Lanes whose bit `plane` of `bytes` is set: -1, else 0.
+inline vi16 bit_set(vi16 bytes, int plane) { return -((bytes >> plane) & 1); }
 
 inline float leaky(float x, float slope) { return x > 0.0f ? x : x * slope; }
 
@@ -38,8 +44,8 @@ void tinykg_leaky_pair(const float* a, const float* b, int64_t n, float slope, f
       const int64_t i = plane * k + m;
       const vf16 x = load<vf16>(a + i), y = load<vf16>(b + i);
       store(out + i, leaky(x, slope) + leaky(y, slope));
-      bits_a |= (x > 0.0f) & (1 << plane);
-      bits_b |= (y > 0.0f) & (1 << plane);
+      bits_a |= greater(x, 0.0f) & (1 << plane);
+      bits_b |= greater(y, 0.0f) & (1 << plane);
     }
     store(mask_a + m, __builtin_convertvector(bits_a, vb16));
     store(mask_b + m, __builtin_convertvector(bits_b, vb16));
@@ -69,8 +75,8 @@ void tinykg_leaky_pair_backward(const float* grad, const uint8_t* mask_a, const 
       const int64_t i = plane * k + m;
       const vf16 g = load<vf16>(grad + i);
       const vf16 scaled = g * slope;
-      store(grad_a + i, ((bytes_a >> plane) & 1) != 0 ? g : scaled);
-      store(grad_b + i, ((bytes_b >> plane) & 1) != 0 ? g : scaled);
+      store(grad_a + i, select(bit_set(bytes_a, plane), g, scaled));
+      store(grad_b + i, select(bit_set(bytes_b, plane), g, scaled));
     }
   }
   for (; m < k; ++m) {
@@ -95,7 +101,7 @@ void tinykg_dropout_apply(const float* x, const float* noise, int64_t n, float s
       const int64_t i = plane * k + m;
       const vf16 draw = load<vf16>(noise + i);
       store(out + i, load<vf16>(x + i) * (draw * scale));
-      bits |= (draw != 0.0f) & (1 << plane);
+      bits |= not_equal(draw, 0.0f) & (1 << plane);
     }
     store(kept + m, __builtin_convertvector(bits, vb16));
   }
@@ -119,7 +125,7 @@ void tinykg_dropout_backward(const float* grad, const uint8_t* kept, int64_t n, 
     const vi16 bytes = __builtin_convertvector(load<vb16>(kept + m), vi16);
     for (int plane = 0; plane < 8; ++plane) {
       const int64_t i = plane * k + m;
-      const vf16 factor = ((bytes >> plane) & 1) != 0 ? vf16{} + kept_value : vf16{};
+      const vf16 factor = select(bit_set(bytes, plane), vf16{} + kept_value, vf16{});
       store(grad_x + i, load<vf16>(grad + i) * factor);
     }
   }
