@@ -27,6 +27,8 @@ using tinykg::is_nan;
 using tinykg::kLanes;
 using tinykg::less;
 using tinykg::load;
+using tinykg::maximum;
+using tinykg::minimum;
 using tinykg::not_equal;
 using tinykg::select;
 using tinykg::store;
@@ -139,8 +141,8 @@ void group_range(const float* x, int64_t n, float* lo_out, float* hi_out, bool* 
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes) {
     const vf16 v = load<vf16>(x + j);
-    lo = select(less(v, lo), v, lo);
-    hi = select(greater(v, hi), v, hi);
+    lo = minimum(v, lo);
+    hi = maximum(v, hi);
     nan_seen |= is_nan(v);
   }
   // lanes folded in halves (4 shuffles), not one by one
@@ -148,8 +150,8 @@ void group_range(const float* x, int64_t n, float* lo_out, float* hi_out, bool* 
   {                                                        \
     const vf16 lo_2 = __builtin_shufflevector(lo, lo, __VA_ARGS__); \
     const vf16 hi_2 = __builtin_shufflevector(hi, hi, __VA_ARGS__); \
-    lo = select(less(lo_2, lo), lo_2, lo);                 \
-    hi = select(greater(hi_2, hi), hi_2, hi);              \
+    lo = minimum(lo_2, lo);                                \
+    hi = maximum(hi_2, hi);                                \
     nan_seen |= __builtin_shufflevector(nan_seen, nan_seen, __VA_ARGS__); \
   }
   TINYKG_FOLD(8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7)
@@ -203,8 +205,8 @@ inline vi16 encode16(vf16 x, uint32_t first_index, float zero, float inverse, fl
     return -(above_1 + above_2 + less(u, p_up));
   } else {
     vf16 c = t + u;
-    c = select(greater(c, 0.0f), c, vf16{});  // floor, then clamp to [0, top] = truncate after
-    c = select(less(c, top), c, vf16{} + top);  // the clamp
+    c = maximum(c, vf16{});  // floor, then clamp to [0, top] = truncate after the clamp
+    c = minimum(c, vf16{} + top);
     return __builtin_convertvector(c, vi16);
   }
 }

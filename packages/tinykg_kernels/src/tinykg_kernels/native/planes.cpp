@@ -3,7 +3,8 @@
 //
 // A mask of n elements (n a multiple of 8 here) takes k = n / 8 bytes: element i sits in byte
 // i % k at bit i / k, so byte m gathers elements m, m + k, ..., m + 7k: eight contiguous streams,
-// read 16 lanes at a time. The values are torch's bit for bit: each is the same single IEEE
+// read as many lanes at a time as the CPU compares in one instruction (`tinykg::kNativeLanes`:
+// wider vectors compile to scalar comparisons on GCC 12). The values are torch's bit for bit: each is the same single IEEE
 // operation (a select, a product, a sum) as the torch op it replaces.
 
 #include <cstdint>
@@ -13,19 +14,17 @@
 
 namespace {
 
-using tinykg::greater;
+using tinykg::kNativeLanes;
 using tinykg::load;
-using tinykg::not_equal;
-using tinykg::select;
 using tinykg::store;
-using tinykg::vb16;
-using tinykg::vf16;
-using tinykg::vi16;
+using tinykg::vbn;
+using tinykg::vfn;
+using tinykg::vin;
 
-inline vf16 leaky(vf16 x, float slope) { return select(greater(x, 0.0f), x, x * slope); }
+inline vfn leaky(vfn x, float slope) { return x > 0.0f ? x : x * slope; }
 
 // Lanes whose bit `plane` of `bytes` is set: -1, else 0.
-inline vi16 bit_set(vi16 bytes, int plane) { return -((bytes >> plane) & 1); }
+inline vin bit_set(vin bytes, int plane) { return -((bytes >> plane) & 1); }
 
 inline float leaky(float x, float slope) { return x > 0.0f ? x : x * slope; }
 
@@ -38,17 +37,17 @@ void tinykg_leaky_pair(const float* a, const float* b, int64_t n, float slope, f
                        uint8_t* mask_a, uint8_t* mask_b) {
   const int64_t k = n / 8;
   int64_t m = 0;
-  for (; m + 16 <= k; m += 16) {
-    vi16 bits_a = vi16{}, bits_b = vi16{};
+  for (; m + kNativeLanes <= k; m += kNativeLanes) {
+    vin bits_a = vin{}, bits_b = vin{};
     for (int plane = 0; plane < 8; ++plane) {
       const int64_t i = plane * k + m;
-      const vf16 x = load<vf16>(a + i), y = load<vf16>(b + i);
+      const vfn x = load<vfn>(a + i), y = load<vfn>(b + i);
       store(out + i, leaky(x, slope) + leaky(y, slope));
-      bits_a |= greater(x, 0.0f) & (1 << plane);
-      bits_b |= greater(y, 0.0f) & (1 << plane);
+      bits_a |= (x > 0.0f) & (1 << plane);
+      bits_b |= (y > 0.0f) & (1 << plane);
     }
-    store(mask_a + m, __builtin_convertvector(bits_a, vb16));
-    store(mask_b + m, __builtin_convertvector(bits_b, vb16));
+    store(mask_a + m, __builtin_convertvector(bits_a, vbn));
+    store(mask_b + m, __builtin_convertvector(bits_b, vbn));
   }
   for (; m < k; ++m) {
     int bits_a = 0, bits_b = 0;
@@ -68,15 +67,15 @@ void tinykg_leaky_pair_backward(const float* grad, const uint8_t* mask_a, const 
                                 int64_t n, float slope, float* grad_a, float* grad_b) {
   const int64_t k = n / 8;
   int64_t m = 0;
-  for (; m + 16 <= k; m += 16) {
-    const vi16 bytes_a = __builtin_convertvector(load<vb16>(mask_a + m), vi16);
-    const vi16 bytes_b = __builtin_convertvector(load<vb16>(mask_b + m), vi16);
+  for (; m + kNativeLanes <= k; m += kNativeLanes) {
+    const vin bytes_a = __builtin_convertvector(load<vbn>(mask_a + m), vin);
+    const vin bytes_b = __builtin_convertvector(load<vbn>(mask_b + m), vin);
     for (int plane = 0; plane < 8; ++plane) {
       const int64_t i = plane * k + m;
-      const vf16 g = load<vf16>(grad + i);
-      const vf16 scaled = g * slope;
-      store(grad_a + i, select(bit_set(bytes_a, plane), g, scaled));
-      store(grad_b + i, select(bit_set(bytes_b, plane), g, scaled));
+      const vfn g = load<vfn>(grad + i);
+      const vfn scaled = g * slope;
+      store(grad_a + i, bit_set(bytes_a, plane) ? g : scaled);
+      store(grad_b + i, bit_set(bytes_b, plane) ? g : scaled);
     }
   }
   for (; m < k; ++m) {
@@ -95,15 +94,15 @@ void tinykg_dropout_apply(const float* x, const float* noise, int64_t n, float s
                           uint8_t* kept) {
   const int64_t k = n / 8;
   int64_t m = 0;
-  for (; m + 16 <= k; m += 16) {
-    vi16 bits = vi16{};
+  for (; m + kNativeLanes <= k; m += kNativeLanes) {
+    vin bits = vin{};
     for (int plane = 0; plane < 8; ++plane) {
       const int64_t i = plane * k + m;
-      const vf16 draw = load<vf16>(noise + i);
-      store(out + i, load<vf16>(x + i) * (draw * scale));
-      bits |= not_equal(draw, 0.0f) & (1 << plane);
+      const vfn draw = load<vfn>(noise + i);
+      store(out + i, load<vfn>(x + i) * (draw * scale));
+      bits |= (draw != 0.0f) & (1 << plane);
     }
-    store(kept + m, __builtin_convertvector(bits, vb16));
+    store(kept + m, __builtin_convertvector(bits, vbn));
   }
   for (; m < k; ++m) {
     int bits = 0;
@@ -121,12 +120,12 @@ void tinykg_dropout_backward(const float* grad, const uint8_t* kept, int64_t n, 
                              float* grad_x) {
   const int64_t k = n / 8;
   int64_t m = 0;
-  for (; m + 16 <= k; m += 16) {
-    const vi16 bytes = __builtin_convertvector(load<vb16>(kept + m), vi16);
+  for (; m + kNativeLanes <= k; m += kNativeLanes) {
+    const vin bytes = __builtin_convertvector(load<vbn>(kept + m), vin);
     for (int plane = 0; plane < 8; ++plane) {
       const int64_t i = plane * k + m;
-      const vf16 factor = select(bit_set(bytes, plane), vf16{} + kept_value, vf16{});
-      store(grad_x + i, load<vf16>(grad + i) * factor);
+      const vfn factor = bit_set(bytes, plane) ? vfn{} + kept_value : vfn{};
+      store(grad_x + i, load<vfn>(grad + i) * factor);
     }
   }
   for (; m < k; ++m) {

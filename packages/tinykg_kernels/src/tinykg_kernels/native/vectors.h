@@ -39,20 +39,44 @@ constexpr int kCompareLanes = 8;
 constexpr int kCompareLanes = 4;
 #endif
 
-// The lane-wise mask (-1 or 0 per lane, int32) of `compare(a, b)`, compared kCompareLanes at a time.
+// Vectors of the width the CPU compares in one instruction, for loops that need no 16-lane layout.
+constexpr int kNativeLanes = kCompareLanes;
+typedef float vfn __attribute__((vector_size(kNativeLanes * 4)));
+typedef int32_t vin __attribute__((vector_size(kNativeLanes * 4)));
+typedef uint8_t vbn __attribute__((vector_size(kNativeLanes)));
+
+// `f(a, b)` of 16 lanes, computed kCompareLanes lanes at a time (R: the result's 16-lane type).
+// Split and joined with shuffles, which stay in registers.
+template <typename R, typename V, typename F>
+inline R piecewise(V a, V b, F f) {
+  static_assert(sizeof(R) == sizeof(V), "16 lanes of 4 bytes in and out");
+  if constexpr (kCompareLanes == 16) {
+    return reinterpret_cast<R>(f(a, b));
+  } else if constexpr (kCompareLanes == 8) {
+    const auto low = f(__builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7),
+                       __builtin_shufflevector(b, b, 0, 1, 2, 3, 4, 5, 6, 7));
+    const auto high = f(__builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15),
+                        __builtin_shufflevector(b, b, 8, 9, 10, 11, 12, 13, 14, 15));
+    return reinterpret_cast<R>(
+        __builtin_shufflevector(low, high, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  } else {
+#define TINYKG_QUARTER(v, q) __builtin_shufflevector(v, v, 4 * q, 4 * q + 1, 4 * q + 2, 4 * q + 3)
+    const auto r0 = f(TINYKG_QUARTER(a, 0), TINYKG_QUARTER(b, 0));
+    const auto r1 = f(TINYKG_QUARTER(a, 1), TINYKG_QUARTER(b, 1));
+    const auto r2 = f(TINYKG_QUARTER(a, 2), TINYKG_QUARTER(b, 2));
+    const auto r3 = f(TINYKG_QUARTER(a, 3), TINYKG_QUARTER(b, 3));
+#undef TINYKG_QUARTER
+    return reinterpret_cast<R>(__builtin_shufflevector(
+        __builtin_shufflevector(r0, r1, 0, 1, 2, 3, 4, 5, 6, 7),
+        __builtin_shufflevector(r2, r3, 0, 1, 2, 3, 4, 5, 6, 7), 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+        11, 12, 13, 14, 15));
+  }
+}
+
+// The lane-wise mask (-1 or 0 per lane, int32) of `compare(a, b)`.
 template <typename V, typename Compare>
 inline vi16 compare_lanes(V a, V b, Compare compare) {
-  using Lane = std::remove_cv_t<std::remove_reference_t<decltype(a[0])>>;
-  typedef Lane Piece __attribute__((vector_size(kCompareLanes * sizeof(Lane))));
-  vi16 out;
-  for (int k = 0; k < kLanes; k += kCompareLanes) {
-    Piece x, y;
-    std::memcpy(&x, reinterpret_cast<const Lane*>(&a) + k, sizeof(Piece));
-    std::memcpy(&y, reinterpret_cast<const Lane*>(&b) + k, sizeof(Piece));
-    const auto mask = compare(x, y);
-    std::memcpy(reinterpret_cast<int32_t*>(&out) + k, &mask, sizeof(mask));
-  }
-  return out;
+  return piecewise<vi16>(a, b, compare);
 }
 
 template <typename V, typename S>
@@ -76,6 +100,14 @@ inline vi16 not_equal(V a, S b) {
   return compare_lanes(a, V{} + b, [](auto x, auto y) { return x != y; });
 }
 inline vi16 is_nan(vf16 v) { return not_equal(v, v); }
+
+// `a < b ? a : b` and `a > b ? a : b` lane by lane (a NaN in `a` gives `b`).
+inline vf16 minimum(vf16 a, vf16 b) {
+  return piecewise<vf16>(a, b, [](auto x, auto y) { return x < y ? x : y; });
+}
+inline vf16 maximum(vf16 a, vf16 b) {
+  return piecewise<vf16>(a, b, [](auto x, auto y) { return x > y ? x : y; });
+}
 
 // `mask ? x : y` lane by lane, for a mask of -1 or 0 per lane (a comparison's).
 template <typename V>
