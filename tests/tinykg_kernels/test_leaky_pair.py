@@ -143,3 +143,27 @@ def test_a_block_of_rows_gets_the_whole_calls_gradients_bit_for_bit(backend: str
         )
         assert torch.equal(rows_a, whole_a[start:stop])
         assert torch.equal(rows_b, whole_b[start:stop])
+
+
+def test_a_block_of_a_tensor_of_partial_planes_gets_the_whole_calls_gradients():
+    """5,005 elements: the last plane is padded (k = 626 bytes); a block of 4,960 elements, which the
+    native loops take, crosses every plane boundary and still reads each element's own bit."""
+    shape = (1001, 5)
+    a, b, grad = normal(shape, 7), normal(shape, 8), normal(shape, 9)
+    _, mask_a, mask_b = leaky_relu_pair(a, b, SLOPE)
+    whole_a, whole_b = leaky_relu_pair_backward(grad, mask_a, mask_b, SLOPE)
+    for start, stop in [(8, 1000), (0, 1001), (1, 9)]:
+        rows_a, rows_b = leaky_relu_pair_backward_rows(
+            grad[start:stop], mask_a, mask_b, start * 5, a.numel(), SLOPE
+        )
+        assert torch.equal(rows_a, whole_a[start:stop])
+        assert torch.equal(rows_b, whole_b[start:stop])
+
+
+def test_a_block_outside_the_tensor_or_foreign_masks_are_refused():
+    grad = torch.zeros(16)
+    mask = torch.zeros(2, dtype=torch.uint8)
+    with pytest.raises(ValueError, match=r"outside a tensor of 16"):
+        leaky_relu_pair_backward_rows(grad, mask, mask, 8, 16)
+    with pytest.raises(ValueError, match=r"mask_a must be the 4 uint8 bytes"):
+        leaky_relu_pair_backward_rows(grad, mask, mask, 0, 32)

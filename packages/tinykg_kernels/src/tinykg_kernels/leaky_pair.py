@@ -108,7 +108,17 @@ def leaky_relu_pair_backward_rows(
     elements `start:start + grad.numel()` (of `numel`), the masks are the whole tensor's. The same
     bits as the whole call's block (`grad` where positive, `grad * negative_slope` elsewhere)."""
     stop = start + grad.numel()
+    planes.check_mask("mask_a", mask_a, (numel,))
+    planes.check_mask("mask_b", mask_b, (numel,))
+    if not 0 <= start <= stop <= numel:
+        raise ValueError(f"a block of elements {start}:{stop} is outside a tensor of {numel}")
     with torch.no_grad():
+        if planes.path(grad, None) == "cpu-native":
+            usage.record("leaky_relu_pair_backward_rows", "cpu-native")
+            grad_a, grad_b = native.leaky_pair_backward_range(
+                grad, mask_a, mask_b, start, float(negative_slope)
+            )
+            return grad_a.view(grad.shape), grad_b.view(grad.shape)
         flat = grad.reshape(-1)
         scaled = flat * negative_slope
         grads = []

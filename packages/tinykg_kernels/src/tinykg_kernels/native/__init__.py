@@ -44,6 +44,7 @@ from tinykg_kernels.native.plane_passes import (
     dropout_backward,
     leaky_pair,
     leaky_pair_backward,
+    leaky_pair_backward_range,
     planes_applies,
 )
 from tinykg_kernels.native.sparse import PARALLEL_MIN_ROWS, csr_applies, csr_matmul
@@ -65,6 +66,7 @@ __all__ = [
     "failure",
     "leaky_pair",
     "leaky_pair_backward",
+    "leaky_pair_backward_range",
     "live_rows",
     "planes_applies",
     "quantize_groups",

@@ -113,6 +113,7 @@ SIGNATURES = {
     "tinykg_live_rows": ([_P, _I64, _I64, _P], _I64),
     "tinykg_leaky_pair": ([_P, _P, _I64, _F32, _P, _P, _P], None),
     "tinykg_leaky_pair_backward": ([_P, _P, _P, _I64, _F32, _P, _P], None),
+    "tinykg_leaky_pair_backward_range": ([_P, _P, _P, _I64, _I64, _I64, _F32, _P, _P], None),
     "tinykg_dropout_apply": ([_P, _P, _I64, _F32, _P, _P], None),
     "tinykg_dropout_backward": ([_P, _P, _I64, _F32, _P], None),
     "tinykg_csr_matmul_i32": ([_P, _P, _P, _P, _I64, _I64, _P], None),

@@ -50,6 +50,20 @@ def leaky_pair_backward(
     return grad_a, grad_b
 
 
+def leaky_pair_backward_range(
+    grad: torch.Tensor, mask_a: torch.Tensor, mask_b: torch.Tensor, start: int, slope: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`leaky_pair_backward` of elements `start:start + grad.numel()` of a tensor whose whole masks
+    are `mask_a`, `mask_b` (a float32 CPU block)."""
+    grad = grad.contiguous()
+    grad_a, grad_b = torch.empty_like(grad), torch.empty_like(grad)
+    library.load().tinykg_leaky_pair_backward_range(
+        grad.data_ptr(), mask_a.contiguous().data_ptr(), mask_b.contiguous().data_ptr(),
+        mask_a.numel(), start, grad.numel(), slope, grad_a.data_ptr(), grad_b.data_ptr(),
+    )  # fmt: skip
+    return grad_a, grad_b
+
+
 def dropout_apply(
     x: torch.Tensor, noise: torch.Tensor, scale: float
 ) -> tuple[torch.Tensor, torch.Tensor]:

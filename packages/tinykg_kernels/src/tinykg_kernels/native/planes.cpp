@@ -88,6 +88,39 @@ void tinykg_leaky_pair_backward(const float* grad, const uint8_t* mask_a, const 
   }
 }
 
+// `tinykg_leaky_pair_backward` for elements start .. start + count of a tensor whose masks hold
+// k bytes per plane (a block of rows of a whole-graph gradient): grad, grad_a, grad_b hold only
+// those elements. Each plane the block crosses is a contiguous run of mask bytes.
+void tinykg_leaky_pair_backward_range(const float* grad, const uint8_t* mask_a,
+                                      const uint8_t* mask_b, int64_t k, int64_t start,
+                                      int64_t count, float slope, float* grad_a, float* grad_b) {
+  const int64_t stop = start + count;
+  for (int64_t i = start; i < stop;) {
+    const int plane = static_cast<int>(i / k);
+    const int64_t end = stop < (plane + 1) * k ? stop : (plane + 1) * k;
+    const int64_t n = end - i, offset = i - start;
+    const uint8_t* bytes_a = mask_a + (i - plane * k);
+    const uint8_t* bytes_b = mask_b + (i - plane * k);
+    const float* g = grad + offset;
+    float* out_a = grad_a + offset;
+    float* out_b = grad_b + offset;
+    int64_t j = 0;
+    for (; j + kNativeLanes <= n; j += kNativeLanes) {
+      const vfn value = load<vfn>(g + j);
+      const vfn scaled = value * slope;
+      store(out_a + j, bit_set(__builtin_convertvector(load<vbn>(bytes_a + j), vin), plane) ? value
+                                                                                           : scaled);
+      store(out_b + j, bit_set(__builtin_convertvector(load<vbn>(bytes_b + j), vin), plane) ? value
+                                                                                           : scaled);
+    }
+    for (; j < n; ++j) {
+      out_a[j] = (bytes_a[j] >> plane) & 1 ? g[j] : g[j] * slope;
+      out_b[j] = (bytes_b[j] >> plane) & 1 ? g[j] : g[j] * slope;
+    }
+    i = end;
+  }
+}
+
 // out = x * (noise * scale); kept = plane-packed noise != 0. (scale 1: noise is dropout's scaled
 // noise; else the bare 0/1 draws and scale the kept value: the same products.)
 void tinykg_dropout_apply(const float* x, const float* noise, int64_t n, float scale, float* out,
