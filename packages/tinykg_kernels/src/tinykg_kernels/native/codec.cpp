@@ -22,17 +22,18 @@ constexpr uint16_t kBfloat16Nan = 0x7FC0;  // torch's bfloat16 NaN (float('nan')
 
 using tinykg::equal;
 using tinykg::greater;
-using tinykg::greater_equal;
 using tinykg::is_nan;
 using tinykg::kLanes;
+using tinykg::kNativeLanes;
 using tinykg::less;
 using tinykg::load;
-using tinykg::maximum;
-using tinykg::minimum;
 using tinykg::not_equal;
 using tinykg::select;
 using tinykg::store;
 using tinykg::vb16;
+using tinykg::vfn;
+using tinykg::vin;
+using tinykg::vun;
 using tinykg::vf16;
 using tinykg::vi16;
 using tinykg::vu16;
@@ -134,33 +135,44 @@ inline float counter_noise(uint32_t index, uint32_t k0, uint32_t k1) {
   return static_cast<float>(h >> 8) * (1.0f / 16777216.0f);
 }
 
-// Min and max of a group (NaN skipped) and whether it holds a NaN.
+// Min and max of a group (NaN skipped) and whether it holds a NaN. Lane i of 16 takes elements
+// i, i + 16, ..., then the lanes fold in halves (i with i + 8, then + 4, + 2, + 1): a fixed order,
+// which decides the sign of a zero minimum. The 16 lanes are kept as vectors of the CPU's width.
 void group_range(const float* x, int64_t n, float* lo_out, float* hi_out, bool* has_nan) {
-  vf16 lo = vf16{} + __builtin_inff(), hi = vf16{} - __builtin_inff();
-  vi16 nan_seen = vi16{};
+  constexpr int kParts = kLanes / kNativeLanes;
+  vfn lo[kParts], hi[kParts];
+  vin nan_seen = vin{};
+  for (int p = 0; p < kParts; ++p) {
+    lo[p] = vfn{} + __builtin_inff();
+    hi[p] = vfn{} - __builtin_inff();
+  }
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes) {
-    const vf16 v = load<vf16>(x + j);
-    lo = minimum(v, lo);
-    hi = maximum(v, hi);
-    nan_seen |= is_nan(v);
+    for (int p = 0; p < kParts; ++p) {
+      const vfn v = load<vfn>(x + j + p * kNativeLanes);
+      lo[p] = v < lo[p] ? v : lo[p];
+      hi[p] = v > hi[p] ? v : hi[p];
+      nan_seen |= v != v;
+    }
   }
-  // lanes folded in halves (4 shuffles), not one by one
-#define TINYKG_FOLD(...)                                   \
-  {                                                        \
-    const vf16 lo_2 = __builtin_shufflevector(lo, lo, __VA_ARGS__); \
-    const vf16 hi_2 = __builtin_shufflevector(hi, hi, __VA_ARGS__); \
-    lo = minimum(lo_2, lo);                                \
-    hi = maximum(hi_2, hi);                                \
-    nan_seen |= __builtin_shufflevector(nan_seen, nan_seen, __VA_ARGS__); \
+  for (int half = kParts / 2; half > 0; half /= 2) {  // lane i with lane i + half * width
+    for (int p = 0; p < half; ++p) {
+      lo[p] = lo[p + half] < lo[p] ? lo[p + half] : lo[p];
+      hi[p] = hi[p + half] > hi[p] ? hi[p + half] : hi[p];
+    }
   }
-  TINYKG_FOLD(8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7)
-  TINYKG_FOLD(4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3)
-  TINYKG_FOLD(2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1)
-  TINYKG_FOLD(1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0)
-#undef TINYKG_FOLD
-  float l = lo[0], h = hi[0];
-  bool any_nan = nan_seen[0] != 0;
+  float lanes_lo[kNativeLanes], lanes_hi[kNativeLanes];
+  store(lanes_lo, lo[0]);
+  store(lanes_hi, hi[0]);
+  for (int width = kNativeLanes / 2; width > 0; width /= 2) {  // then within the vector
+    for (int i = 0; i < width; ++i) {
+      lanes_lo[i] = lanes_lo[i + width] < lanes_lo[i] ? lanes_lo[i + width] : lanes_lo[i];
+      lanes_hi[i] = lanes_hi[i + width] > lanes_hi[i] ? lanes_hi[i + width] : lanes_hi[i];
+    }
+  }
+  float l = lanes_lo[0], h = lanes_hi[0];
+  bool any_nan = false;
+  for (int i = 0; i < kNativeLanes; ++i) any_nan |= nan_seen[i] != 0;
   for (; j < n; ++j) {
     const float v = x[j];
     l = v < l ? v : l;
@@ -177,38 +189,52 @@ struct NormalTable {
   float inverse_width[3];
 };
 
-// The codes of 16 elements (flat indices first_index ..), as int32 lanes.
+// The codes of kNativeLanes elements (flat indices first_index ..), as int32 lanes.
 template <bool NORMAL, bool STOCHASTIC>
-inline vi16 encode16(vf16 x, uint32_t first_index, float zero, float inverse, float top,
-                     const NormalTable& table, uint32_t k0, uint32_t k1) {
-  const vf16 t = (x - zero) * inverse;
-  vf16 u = vf16{} + 0.5f;
+inline vin encode_part(vfn x, uint32_t first_index, float zero, float inverse, float top,
+                       const NormalTable& table, uint32_t k0, uint32_t k1) {
+  const vfn t = (x - zero) * inverse;
+  vfn u = vfn{} + 0.5f;
   if constexpr (STOCHASTIC) {
-    const vu16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-    vu16 h = ((first_index + lane) + k1) ^ k0;
+    vun lane;
+    for (int i = 0; i < kNativeLanes; ++i) lane[i] = i;
+    vun h = ((first_index + lane) + k1) ^ k0;
     h ^= h >> 16;
     h *= 0x7FEB352Du;
     h ^= h >> 15;
     h *= 0x846CA68Bu;
     h ^= h >> 16;
-    u = __builtin_convertvector(h >> 8, vf16) * (1.0f / 16777216.0f);
+    u = __builtin_convertvector(h >> 8, vfn) * (1.0f / 16777216.0f);
   }
   if constexpr (NORMAL) {
-    const vi16 above_1 = greater_equal(t, table.level[1]);  // -1 or 0
-    const vi16 above_2 = greater_equal(t, table.level[2]);
-    const vf16 level = select(above_2, vf16{} + table.level[2],
-                              select(above_1, vf16{} + table.level[1], vf16{} + table.level[0]));
-    const vf16 width =
-        select(above_2, vf16{} + table.inverse_width[2],
-               select(above_1, vf16{} + table.inverse_width[1], vf16{} + table.inverse_width[0]));
-    const vf16 p_up = (t - level) * width;
-    return -(above_1 + above_2 + less(u, p_up));
+    const vin above_1 = t >= table.level[1], above_2 = t >= table.level[2];  // -1 or 0
+    const vfn level = above_2 ? vfn{} + table.level[2]
+                              : (above_1 ? vfn{} + table.level[1] : vfn{} + table.level[0]);
+    const vfn width = above_2 ? vfn{} + table.inverse_width[2]
+                              : (above_1 ? vfn{} + table.inverse_width[1]
+                                         : vfn{} + table.inverse_width[0]);
+    const vfn p_up = (t - level) * width;
+    return -(above_1 + above_2 + (u < p_up));
   } else {
-    vf16 c = t + u;
-    c = maximum(c, vf16{});  // floor, then clamp to [0, top] = truncate after the clamp
-    c = minimum(c, vf16{} + top);
-    return __builtin_convertvector(c, vi16);
+    vfn c = t + u;
+    c = c > 0.0f ? c : vfn{};  // floor, then clamp to [0, top] = truncate after the clamp
+    c = c < top ? c : vfn{} + top;
+    return __builtin_convertvector(c, vin);
   }
+}
+
+// The codes of 16 elements (flat indices first_index ..), as int32 lanes: computed in vectors of
+// the CPU's width (16-lane comparisons and selects compile to scalar code without AVX-512).
+template <bool NORMAL, bool STOCHASTIC>
+inline vi16 encode16(const float* x, uint32_t first_index, float zero, float inverse, float top,
+                     const NormalTable& table, uint32_t k0, uint32_t k1) {
+  vi16 codes;
+  for (int p = 0; p < kLanes; p += kNativeLanes) {
+    const vin part = encode_part<NORMAL, STOCHASTIC>(load<vfn>(x + p), first_index + p, zero,
+                                                     inverse, top, table, k0, k1);
+    std::memcpy(reinterpret_cast<int32_t*>(&codes) + p, &part, sizeof(part));
+  }
+  return codes;
 }
 
 // `round_bfloat16` of 16 lanes.
@@ -233,8 +259,7 @@ void encode_group(const float* row, int64_t group_len, uint32_t first, float zer
                   const NormalTable& table, uint32_t k0, uint32_t k1, uint8_t* out) {
   constexpr float kTop = (1 << BITS) - 1;
   const auto codes = [&](const float* x, int64_t j) {
-    return encode16<NORMAL, STOCHASTIC>(load<vf16>(x), first + j, zero, inverse, kTop, table, k0,
-                                        k1);
+    return encode16<NORMAL, STOCHASTIC>(x, first + j, zero, inverse, kTop, table, k0, k1);
   };
   int64_t j = 0;
   for (; j + kLanes <= group_len; j += kLanes) pack16<BITS>(codes(row + j, j), out + j * BITS / 8);

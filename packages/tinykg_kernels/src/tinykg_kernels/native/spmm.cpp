@@ -12,23 +12,25 @@
 
 namespace {
 
+using tinykg::kNativeLanes;
 using tinykg::load;
 using tinykg::store;
-using tinykg::vf16;
+using tinykg::vfn;
 
 template <typename Index, int C>
 void rows_in_registers(const Index* crow, const Index* col, const float* values, const float* x,
                        int64_t n_rows, float* out) {
   constexpr int64_t kWidth = 16 * C;
+  constexpr int kVectors = kWidth / kNativeLanes;  // of the CPU's width: 16-lane ones spill
   for (int64_t i = 0; i < n_rows; ++i) {
-    vf16 acc[C];
-    for (int c = 0; c < C; ++c) acc[c] = vf16{};
+    vfn acc[kVectors];
+    for (int c = 0; c < kVectors; ++c) acc[c] = vfn{};
     for (Index k = crow[i]; k < crow[i + 1]; ++k) {
       const float v = values[k];
       const float* row = x + static_cast<int64_t>(col[k]) * kWidth;
-      for (int c = 0; c < C; ++c) acc[c] += v * load<vf16>(row + 16 * c);
+      for (int c = 0; c < kVectors; ++c) acc[c] += v * load<vfn>(row + kNativeLanes * c);
     }
-    for (int c = 0; c < C; ++c) store(out + i * kWidth + 16 * c, acc[c]);
+    for (int c = 0; c < kVectors; ++c) store(out + i * kWidth + kNativeLanes * c, acc[c]);
   }
 }
 

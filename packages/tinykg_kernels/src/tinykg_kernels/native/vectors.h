@@ -27,10 +27,10 @@ inline void store(T* p, V v) {
   std::memcpy(p, &v, sizeof(V));
 }
 
-// Lane-wise comparisons and selects. GCC (12) splits the arithmetic of a vector wider than the
-// CPU's into native pieces, but compiles a comparison or a `?:` of one element by element
-// (scalar code, 5-10x slower): on a CPU without 512-bit vectors these compare in pieces of the
-// widest vector it has, and select with bit operations, which split well.
+// GCC (12) splits the arithmetic of a vector wider than the CPU's into native pieces, but compiles
+// a comparison or a `?:` of one element by element (scalar code, 5-10x slower), and keeps arrays
+// of them in memory. Hot loops therefore use vectors of the CPU's own width (vfn, vin, vun, vbn);
+// 16-lane code compares in such pieces (`less`, `greater`, ...) and selects with bit operations.
 #if defined(__AVX512F__)
 constexpr int kCompareLanes = 16;
 #elif defined(__AVX__)
@@ -43,6 +43,7 @@ constexpr int kCompareLanes = 4;
 constexpr int kNativeLanes = kCompareLanes;
 typedef float vfn __attribute__((vector_size(kNativeLanes * 4)));
 typedef int32_t vin __attribute__((vector_size(kNativeLanes * 4)));
+typedef uint32_t vun __attribute__((vector_size(kNativeLanes * 4)));
 typedef uint8_t vbn __attribute__((vector_size(kNativeLanes)));
 
 // `f(a, b)` of 16 lanes, computed kCompareLanes lanes at a time (R: the result's 16-lane type).
@@ -88,10 +89,6 @@ inline vi16 greater(V a, S b) {
   return compare_lanes(a, V{} + b, [](auto x, auto y) { return x > y; });
 }
 template <typename V, typename S>
-inline vi16 greater_equal(V a, S b) {
-  return compare_lanes(a, V{} + b, [](auto x, auto y) { return x >= y; });
-}
-template <typename V, typename S>
 inline vi16 equal(V a, S b) {
   return compare_lanes(a, V{} + b, [](auto x, auto y) { return x == y; });
 }
@@ -100,14 +97,6 @@ inline vi16 not_equal(V a, S b) {
   return compare_lanes(a, V{} + b, [](auto x, auto y) { return x != y; });
 }
 inline vi16 is_nan(vf16 v) { return not_equal(v, v); }
-
-// `a < b ? a : b` and `a > b ? a : b` lane by lane (a NaN in `a` gives `b`).
-inline vf16 minimum(vf16 a, vf16 b) {
-  return piecewise<vf16>(a, b, [](auto x, auto y) { return x < y ? x : y; });
-}
-inline vf16 maximum(vf16 a, vf16 b) {
-  return piecewise<vf16>(a, b, [](auto x, auto y) { return x > y ? x : y; });
-}
 
 // `mask ? x : y` lane by lane, for a mask of -1 or 0 per lane (a comparison's).
 template <typename V>
