@@ -3,9 +3,9 @@
 //
 // A mask of n elements (n a multiple of 8 here) takes k = n / 8 bytes: element i sits in byte
 // i % k at bit i / k, so byte m gathers elements m, m + k, ..., m + 7k: eight contiguous streams,
-// read as many lanes at a time as the CPU compares in one instruction (`tinykg::kNativeLanes`:
-// wider vectors compile to scalar comparisons on GCC 12). The values are torch's bit for bit: each is the same single IEEE
-// operation (a select, a product, a sum) as the torch op it replaces.
+// read as many lanes at a time as the CPU compares in one instruction (`tinykg::kNativeLanes`;
+// wider vectors compile to scalar comparisons on GCC 12). The values are torch's bit for bit: each
+// is the same single IEEE operation (a select, a product, a sum) as the torch op it replaces.
 
 #include <cstdint>
 #include <cstring>
@@ -108,10 +108,10 @@ void tinykg_leaky_pair_backward_range(const float* grad, const uint8_t* mask_a,
     for (; j + kNativeLanes <= n; j += kNativeLanes) {
       const vfn value = load<vfn>(g + j);
       const vfn scaled = value * slope;
-      store(out_a + j, bit_set(__builtin_convertvector(load<vbn>(bytes_a + j), vin), plane) ? value
-                                                                                           : scaled);
-      store(out_b + j, bit_set(__builtin_convertvector(load<vbn>(bytes_b + j), vin), plane) ? value
-                                                                                           : scaled);
+      const vin mask_bytes_a = __builtin_convertvector(load<vbn>(bytes_a + j), vin);
+      const vin mask_bytes_b = __builtin_convertvector(load<vbn>(bytes_b + j), vin);
+      store(out_a + j, bit_set(mask_bytes_a, plane) ? value : scaled);
+      store(out_b + j, bit_set(mask_bytes_b, plane) ? value : scaled);
     }
     for (; j < n; ++j) {
       out_a[j] = (bytes_a[j] >> plane) & 1 ? g[j] : g[j] * slope;

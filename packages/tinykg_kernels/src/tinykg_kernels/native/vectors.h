@@ -5,7 +5,6 @@
 
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 
 namespace tinykg {
 
@@ -31,29 +30,27 @@ inline void store(T* p, V v) {
 // a comparison or a `?:` of one element by element (scalar code, 5-10x slower), and keeps arrays
 // of them in memory. Hot loops therefore use vectors of the CPU's own width (vfn, vin, vun, vbn);
 // 16-lane code compares in such pieces (`less`, `greater`, ...) and selects with bit operations.
+// kNativeLanes: the 4-byte lanes the CPU compares in one instruction.
 #if defined(__AVX512F__)
-constexpr int kCompareLanes = 16;
+constexpr int kNativeLanes = 16;
 #elif defined(__AVX__)
-constexpr int kCompareLanes = 8;
+constexpr int kNativeLanes = 8;
 #else
-constexpr int kCompareLanes = 4;
+constexpr int kNativeLanes = 4;
 #endif
-
-// Vectors of the width the CPU compares in one instruction, for loops that need no 16-lane layout.
-constexpr int kNativeLanes = kCompareLanes;
 typedef float vfn __attribute__((vector_size(kNativeLanes * 4)));
 typedef int32_t vin __attribute__((vector_size(kNativeLanes * 4)));
 typedef uint32_t vun __attribute__((vector_size(kNativeLanes * 4)));
 typedef uint8_t vbn __attribute__((vector_size(kNativeLanes)));
 
-// `f(a, b)` of 16 lanes, computed kCompareLanes lanes at a time (R: the result's 16-lane type).
+// `f(a, b)` of 16 lanes, computed kNativeLanes lanes at a time (R: the result's 16-lane type).
 // Split and joined with shuffles, which stay in registers.
 template <typename R, typename V, typename F>
 inline R piecewise(V a, V b, F f) {
   static_assert(sizeof(R) == sizeof(V), "16 lanes of 4 bytes in and out");
-  if constexpr (kCompareLanes == 16) {
+  if constexpr (kNativeLanes == 16) {
     return reinterpret_cast<R>(f(a, b));
-  } else if constexpr (kCompareLanes == 8) {
+  } else if constexpr (kNativeLanes == 8) {
     const auto low = f(__builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7),
                        __builtin_shufflevector(b, b, 0, 1, 2, 3, 4, 5, 6, 7));
     const auto high = f(__builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15),
@@ -74,27 +71,22 @@ inline R piecewise(V a, V b, F f) {
   }
 }
 
-// The lane-wise mask (-1 or 0 per lane, int32) of `compare(a, b)`.
-template <typename V, typename Compare>
-inline vi16 compare_lanes(V a, V b, Compare compare) {
-  return piecewise<vi16>(a, b, compare);
-}
-
+// Lane-wise comparisons of 16 lanes (b a vector or a scalar): -1 or 0 per lane, int32.
 template <typename V, typename S>
 inline vi16 less(V a, S b) {
-  return compare_lanes(a, V{} + b, [](auto x, auto y) { return x < y; });
+  return piecewise<vi16>(a, V{} + b, [](auto x, auto y) { return x < y; });
 }
 template <typename V, typename S>
 inline vi16 greater(V a, S b) {
-  return compare_lanes(a, V{} + b, [](auto x, auto y) { return x > y; });
+  return piecewise<vi16>(a, V{} + b, [](auto x, auto y) { return x > y; });
 }
 template <typename V, typename S>
 inline vi16 equal(V a, S b) {
-  return compare_lanes(a, V{} + b, [](auto x, auto y) { return x == y; });
+  return piecewise<vi16>(a, V{} + b, [](auto x, auto y) { return x == y; });
 }
 template <typename V, typename S>
 inline vi16 not_equal(V a, S b) {
-  return compare_lanes(a, V{} + b, [](auto x, auto y) { return x != y; });
+  return piecewise<vi16>(a, V{} + b, [](auto x, auto y) { return x != y; });
 }
 inline vi16 is_nan(vf16 v) { return not_equal(v, v); }
 
