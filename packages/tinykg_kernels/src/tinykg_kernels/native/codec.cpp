@@ -4,8 +4,9 @@
 // `counter_noise`, so the results are the reference's bit for bit: built with -O3 -march=native and
 // -ffp-contract=off (no fused multiply-adds: every product and sum rounds as torch's do). One pass
 // over the input per call, the group parameters computed in the same loop, the codes packed in
-// registers: inductor's fused loop for the same math runs about 5x slower (its vector-mask selects
-// and a scalar packing loop).
+// registers, the arithmetic in vectors of the CPU's width: inductor's fused loop for the same math
+// is slower (its vector-mask selects and a scalar packing loop; `benchmarks.bench_kernels`, section
+// kernels-cpu).
 //
 // Parameters are stored as bfloat16 bits (the default for float32 activations); other parameter
 // dtypes stay on the compiled (inductor) path.

@@ -1,5 +1,6 @@
-// What the native sources share: GCC/Clang vector types of 16 lanes (whatever the CPU's vector
-// width: -march=native picks the instructions) and unaligned loads and stores of them.
+// What the native sources share: GCC/Clang vector types of 16 lanes (the codec's layout) and of
+// the CPU's own width (`kNativeLanes`, for hot loops), helpers that compare 16 lanes in pieces of
+// that width, and unaligned loads and stores.
 
 #pragma once
 
