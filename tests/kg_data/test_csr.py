@@ -7,7 +7,14 @@ from collections import Counter
 
 import numpy as np
 
-from kg_data.csr import TAKE_ALL, build_csr, sample_rows, segment_ids, segment_offsets
+from kg_data.csr import (
+    TAKE_ALL,
+    _build_csr_columns,
+    build_csr,
+    sample_rows,
+    segment_ids,
+    segment_offsets,
+)
 from tests.chi_square import chi_square, chi_square_critical
 
 
@@ -29,6 +36,32 @@ def test_build_csr_matches_python_reference_and_drops_duplicates():
         )
         assert got == sorted(reference.get(row, set())), row
     assert indices.dtype == np.int64 and relation.dtype == np.int64
+
+
+def test_build_csr_packed_keys_match_the_three_column_build():
+    rng = np.random.default_rng(3)
+    src, dst, rel = rng.integers(0, 500, 20_000), rng.integers(0, 700, 20_000), rng.integers(0, 9, 20_000)
+    packed = build_csr(src, dst, rel, 520)
+    columns = _build_csr_columns(src, dst, rel, 520)
+    for a, b in zip(packed, columns, strict=True):
+        assert a.dtype == b.dtype == np.int64 and np.array_equal(a, b)
+    assert packed[0][-1] < 20_000  # duplicates were drawn, and dropped
+    assert all(a.flags.writeable for a in packed)  # torch.from_numpy takes them as they are
+
+
+def test_build_csr_ids_too_large_to_pack_take_the_three_column_path():
+    # 32 rows x 2**30 relations x 2**40 destinations overflows a 63-bit key
+    src = np.array([3, 3, 1, 3])
+    dst = np.array([2**40, 5, 2**40, 2**40])
+    rel = np.array([2**30, 7, 0, 2**30])
+    indptr, indices, relation = build_csr(src, dst, rel, 32)
+    assert indptr[1:5].tolist() == [0, 1, 1, 3]  # row 1: one edge; row 3: two, one twice
+    assert indices.tolist() == [2**40, 5, 2**40] and relation.tolist() == [0, 7, 2**30]
+
+
+def test_build_csr_of_no_edges_is_empty_rows():
+    indptr, indices, relation = build_csr(np.array([], np.int64), np.array([], np.int64), np.array([], np.int64), 4)
+    assert indptr.tolist() == [0] * 5 and len(indices) == len(relation) == 0
 
 
 def test_segment_helpers():

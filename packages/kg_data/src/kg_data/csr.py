@@ -1,4 +1,4 @@
-"""Compressed sparse rows and vectorized per-row sampling on them (numpy only).
+"""Compressed sparse rows and vectorized per-row sampling on them (numpy; Polars sorts).
 
 `build_csr` turns an edge list into (indptr, indices, relation) with duplicate edges removed and each
 row sorted by (relation, neighbor). `sample_rows` draws up to `k` edge positions per requested row,
@@ -19,28 +19,56 @@ def build_csr(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """CSR of the edges (src -> dst, rel): rows are `src`, deduplicated, sorted by (src, rel, dst).
 
-    Polars sorts and drops duplicates (multi-threaded, stable); `np.bincount` gives the row lengths.
+    Each edge becomes one int64 key, `(src * R + rel) * D + dst` (R, D: one past the largest
+    relation and destination), whose order is the (src, rel, dst) order. Polars sorts the one key
+    column (multi-threaded), equal neighbours are dropped, and the key splits back into its parts;
+    `np.bincount` gives the row lengths. At 17.5M edges that is about 0.7 s and a few key-sized
+    arrays, where hashing the three columns for `DataFrame.unique` held 2.7 GB more at its peak.
+    Edges whose key would not fit in 63 bits (or with negative ids) take the three-column path.
     """
-    edges = (
-        pl.DataFrame(
-            {
-                "src": np.asarray(src, np.int64),
-                "rel": np.asarray(rel, np.int64),
-                "dst": np.asarray(dst, np.int64),
-            }
-        )
-        .unique()
-        .sort("src", "rel", "dst")
-    )
-    rows = edges["src"].to_numpy()
-    indptr = np.zeros(num_rows + 1, dtype=np.int64)
-    np.cumsum(np.bincount(rows, minlength=num_rows), out=indptr[1:])
+    src, dst, rel = (np.asarray(a, np.int64) for a in (src, dst, rel))
+    if len(src) == 0:
+        return np.zeros(num_rows + 1, dtype=np.int64), src.copy(), rel.copy()
+    n_rel, n_dst = int(rel.max()) + 1, int(dst.max()) + 1
+    packable = min(int(src.min()), int(dst.min()), int(rel.min())) >= 0
+    if not packable or max(num_rows, int(src.max()) + 1) * n_rel * n_dst >= 2**63:
+        return _build_csr_columns(src, dst, rel, num_rows)
+    key = src * n_rel
+    key += rel
+    key *= n_dst
+    key += dst
+    ordered = pl.Series(key).sort().to_numpy()
+    del key
+    first = np.empty(len(ordered), dtype=bool)  # the first of each run of equal keys
+    first[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    keys = ordered[first]
+    del ordered, first
+    source_relation, indices = np.divmod(keys, n_dst)
+    del keys
+    rows, relation = np.divmod(source_relation, n_rel)
+    del source_relation
+    return _indptr(rows, num_rows), indices, relation
+
+
+def _build_csr_columns(
+    src: np.ndarray, dst: np.ndarray, rel: np.ndarray, num_rows: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`build_csr` on three columns (Polars' hash `unique`, then a three-key sort): any int64 ids."""
+    edges = pl.DataFrame({"src": src, "rel": rel, "dst": dst}).unique().sort("src", "rel", "dst")
     # np.array copies: Polars hands out read-only views, and torch.from_numpy wants writable arrays.
     return (
-        indptr,
+        _indptr(edges["src"].to_numpy(), num_rows),
         np.array(edges["dst"].to_numpy(), dtype=np.int64),
         np.array(edges["rel"].to_numpy(), dtype=np.int64),
     )
+
+
+def _indptr(rows: np.ndarray, num_rows: int) -> np.ndarray:
+    """Row starts of sorted row ids (`num_rows + 1` of them)."""
+    indptr = np.zeros(num_rows + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=num_rows), out=indptr[1:])
+    return indptr
 
 
 def segment_ids(lengths: np.ndarray) -> np.ndarray:
