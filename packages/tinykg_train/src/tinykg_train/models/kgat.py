@@ -24,7 +24,13 @@ from tinykg_train.compress import ops
 from tinykg_train.errors import ConfigError
 from tinykg_train.model_defaults import extra_defaults
 from tinykg_train.models.base import EmbeddingRecommender
-from tinykg_train.models.graphs import FIRST_KG_RELATION, INTERACT, ckg_edges, sort_by_relation
+from tinykg_train.models.graphs import (
+    FIRST_KG_RELATION,
+    INTERACT,
+    ckg_edges,
+    compact,
+    sort_by_relation,
+)
 from tinykg_train.models.layers import BiInteractionLayer, xavier_parameter
 from tinykg_train.models.losses import softplus_mean
 from tinykg_train.models.pretrained import load_mf_embeddings
@@ -82,10 +88,12 @@ class KGAT(EmbeddingRecommender):
             for i in range(len(layer_dims))
         )
 
-        # Graph tensors are derived from the dataset: rebuilt, never checkpointed.
+        # Graph tensors are derived from the dataset: rebuilt, never checkpointed. Edge positions
+        # are int32 when they fit (at 17.5M edges each int64 copy would hold 70 MB more); the
+        # per-edge relation ids are needed only for this order, so they are not kept.
         self.register_buffer("edge_index", edges.edge_index, persistent=False)
-        self.register_buffer("edge_relation", edges.relation, persistent=False)
         order, counts = sort_by_relation(edges.relation, self.num_relations)
+        order = compact(order)
         self.register_buffer("edges_by_relation", order, persistent=False)
         self.relation_edge_counts = counts
         interact_start = sum(counts[:INTERACT])

@@ -49,7 +49,7 @@ class CSRGraph(nn.Module):
         self.register_buffer("slot", slot.to(index_dtype), persistent=False)
         self.register_buffer("crow", _crow(rows, self.num_nodes), persistent=False)
         self.register_buffer("col", cols.to(index_dtype), persistent=False)
-        self.register_buffer("transposed_order", transposed, persistent=False)
+        self.register_buffer("transposed_order", transposed.to(index_dtype), persistent=False)
         self.register_buffer("crow_t", _crow(cols[transposed], self.num_sources), persistent=False)
         self.register_buffer("col_t", rows[transposed].to(index_dtype), persistent=False)
 
