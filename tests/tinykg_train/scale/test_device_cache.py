@@ -143,3 +143,37 @@ def test_load_replaces_the_table_and_empties_the_cache():
     slots = cache.acquire(torch.tensor([1]))
     assert torch.equal(cache.tensors[0][slots], torch.ones(1, 3))
     assert torch.equal(cache.tensors[2][slots], torch.full((1, 3), 3.0))
+
+
+def test_empty_writes_updated_rows_back_frees_the_cache_and_grows_back():
+    cache = _cache(None)
+    _use(cache, [2, 5], write=4.0)
+    _use(cache, [7])
+    assert cache.capacity == 2
+    assert cache.empty()
+    assert cache.capacity == 0 and cache.memory()["device_tables"] == 0
+    assert cache.memory()["device_optimizer"] == 0 and cache.held().numel() == 0
+    assert torch.equal(cache.host[0][[2, 5]], torch.full((2, 3), 4.0))  # written back
+    assert torch.equal(cache.host[1][[2, 5]], torch.full((2, 3), 4.0))
+    assert cache.counts["written_back"] == 2 and cache.counts["emptied"] == 1
+    assert not cache.empty() and cache.counts["emptied"] == 1  # nothing left to give up
+    slots = cache.acquire(torch.tensor([5, 8]))  # copied in again from the host, as misses
+    assert cache.capacity == 2
+    assert torch.equal(cache.tensors[0][slots], torch.tensor([[4.0] * 3, [24.0, 25.0, 26.0]]))
+    cache.finish(slots, updated=False)
+    assert cache.counts["misses"] == 5
+
+
+def test_empty_leaves_a_cache_with_pinned_rows_or_a_fixed_size_as_it_is():
+    cache = _cache(None)
+    pending = cache.acquire(torch.tensor([1, 3]))
+    assert not cache.empty() and cache.held().tolist() == [1, 3]
+    cache.finish(pending, updated=False)
+    pins = cache.hint(torch.tensor([4]))
+    assert not cache.empty() and 4 in cache.held().tolist()  # (in the slot of row 1, unpinned)
+    cache.release_hint(pins)
+    assert cache.empty() and cache.held().numel() == 0
+    fixed = _cache(4)
+    _use(fixed, [0, 1], write=2.0)
+    assert not fixed.empty() and fixed.capacity == 4 and fixed.held().tolist() == [0, 1]
+    assert fixed.counts["emptied"] == 0

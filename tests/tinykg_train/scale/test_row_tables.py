@@ -247,3 +247,17 @@ def test_on_a_gpu_offloaded_tables_sit_in_pinned_memory_and_match_on_device_bits
     embeddings, _ = kit.train_reference(kit.initial_tables(), steps, device="cuda")
     for name, embedding in embeddings.items():  # CUDA's sparse kernels may sum in another order
         torch.testing.assert_close(state[name]["weight"], embedding.weight.data)
+
+
+@pytest.mark.parametrize("lookahead", [0, 2])
+def test_emptying_the_caches_between_steps_keeps_the_on_device_bits(kit, lookahead):
+    steps = kit.make_steps(60, seed=5)
+    with _tables(kit) as resident, _tables(kit, offload=True) as cached:
+        kit.train(resident, steps)
+        for part in (steps[:20], steps[20:45], steps[45:]):  # emptied as before an evaluation
+            kit.train(cached, part, lookahead=lookahead)
+            assert sorted(cached.empty_caches()) == sorted(kit.SIZES)
+            assert cached.memory()["device"] == 0
+        kit.assert_same_state(resident.state_dict(), cached.state_dict())
+        assert resident.empty_caches() == []  # on the device: nothing to give up
+        assert cached.stats()["entity"]["emptied"] == 3

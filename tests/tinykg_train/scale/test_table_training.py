@@ -153,6 +153,24 @@ def test_offloaded_tables_train_to_the_bits_of_tables_on_the_device_and_resume_e
     assert all(torch.equal(split_state[k], offload_state["node_embedding"][k]) for k in split_state)
 
 
+def test_a_growing_cache_is_emptied_before_whole_table_blocks_and_keeps_the_on_device_bits(
+    tiny_dataset_dir, tmp_path
+):
+    """Without `cache_rows` the cache gives its memory up before every attention refresh and
+    evaluation (KGAT: twice an epoch) and grows back over the next steps, to the same bits."""
+    on_device = train(run_config(tiny_dataset_dir, tmp_path / "device", sparse_adam=True))
+    offloaded = train(
+        run_config(tiny_dataset_dir, tmp_path / "offload", offload_embeddings=True, prefetch_steps=2)
+    )
+    assert {k: offloaded[k] for k in COMPARED} == {k: on_device[k] for k in COMPARED}
+    device_state = table_state(tmp_path / "device")["node_embedding"]
+    offload_state = table_state(tmp_path / "offload")["node_embedding"]
+    assert all(torch.equal(offload_state[k], device_state[k]) for k in device_state)
+    stats = offloaded["row_tables"]["stats"]["node_embedding"]
+    assert stats["emptied"] >= 3 and stats["written_back"] > 0, stats
+    assert stats["grown"] >= 3  # grew back in every epoch (blocks between two steps empty it once)
+
+
 @pytest.mark.parametrize(
     ("sampling", "cache_rows"),
     [(dict(), 700), (dict(sampler="none", fanouts=None), 1000)],

@@ -67,7 +67,7 @@ class DeviceCache:
         self.lock = threading.Lock()
         self.counts = dict.fromkeys(
             ("hits", "misses", "prefetched", "evicted", "written_back", "hints_skipped")
-            + ("hints_evicted", "grown"),
+            + ("hints_evicted", "grown", "emptied"),
             0,
         )
         self._device = device
@@ -136,6 +136,31 @@ class DeviceCache:
             if dirty.numel():
                 self._write_back(dirty)
                 self._dirty[dirty] = False
+
+    def empty(self) -> bool:
+        """Write every dirty row back and give the cache's device memory up, for a block that reads
+        the whole table instead (evaluation, KGAT's attention refresh): the cache and a whole copy
+        are never on the device together. The next step's rows are copied in again (misses), and a
+        cache without a fixed capacity grows back to what the steps need. A fixed-capacity cache,
+        one with pinned rows (a pending step or hint) or one already empty is left as it is: False."""
+        with self.lock:
+            pinned = bool(((self._step_pins > 0) | (self._hint_pins > 0)).any())
+            if self.fixed or self.capacity == 0 or pinned:
+                return False
+            self._streams.main_waits()
+            dirty = self._dirty.nonzero().flatten()
+            if dirty.numel():
+                self._write_back(dirty)
+            held = self._row_of >= 0
+            self._slot_of[self._row_of[held]] = -1
+            self.tensors = tuple(t.new_empty((0, self.dim)) for t in self.tensors)
+            empty = torch.empty(0, dtype=torch.int64)
+            self._row_of, self._last_use, self._generation = empty, empty.clone(), empty.clone()
+            self._step_pins = torch.empty(0, dtype=torch.int32)
+            self._hint_pins = torch.empty(0, dtype=torch.int32)
+            self._dirty = torch.empty(0, dtype=torch.bool)
+            self.counts["emptied"] += 1
+            return True
 
     def current(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The whole current table and state (the host tensors, flushed): live, not copies."""

@@ -31,6 +31,10 @@ class ResidentTable:
     def pinned(self) -> int:
         return 0
 
+    def empty(self) -> bool:
+        """No cache to give up: the table is the device memory."""
+        return False
+
     def current(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The whole current table and state (live, not copies)."""
         return self.tensors

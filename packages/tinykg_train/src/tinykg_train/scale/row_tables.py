@@ -211,6 +211,12 @@ class RowTables:
         out["all"] = {"hints_mismatched": self._mismatched_hints}
         return out
 
+    def empty_caches(self) -> list[str]:
+        """Offloaded tables: write dirty rows back and free each device cache that has nothing
+        pinned and no fixed `cache_rows` (`DeviceCache.empty`), before a block that reads whole
+        tables; the names of the caches emptied."""
+        return [name for name, store in self._stores.items() if store.empty()]
+
     def cancel_prefetch(self) -> None:
         """Drop every pending hint (say at the end of an epoch), releasing the rows it pinned."""
         while self._prefetcher is not None and (hint := self._prefetcher.take()) is not None:

@@ -15,7 +15,8 @@ Whole-graph work (KGAT's attention refresh at each epoch start, evaluation, keep
 weights) reads whole tables: `whole_tables()` puts them into the model's parameters for the block
 (on the CPU the table itself, no copy; on a GPU a device copy freed after the block). So training
 steps hold only the cache on the device; evaluation holds the whole table there, as its whole-graph
-propagation does anyway.
+propagation does anyway, and the cache is emptied (dirty rows written back, its memory freed)
+before it, to grow back over the next steps.
 
 The same code runs with the tables on the device (`--sparse-adam`) or offloaded; both apply the
 same arithmetic to the same rows, so they train to the same bits.
@@ -115,7 +116,11 @@ class TableTraining:
 
     @contextlib.contextmanager
     def whole_tables(self) -> Iterator[None]:
-        """The model's table parameters hold the current tables for the block (read only)."""
+        """The model's table parameters hold the current tables for the block (read only).
+        Offloaded, the device caches are emptied first (written back, their memory freed), so the
+        block holds the whole tables without the cache beside them."""
+        if self.offload:
+            self.tables.empty_caches()
         for name, parameter in self.parameters.items():
             parameter.data = self.tables.table(name).to(self.device)
         self._whole = True
