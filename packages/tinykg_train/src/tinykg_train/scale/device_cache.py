@@ -73,13 +73,7 @@ class DeviceCache:
         self._device = device
         self._streams = streams
         self._slot_of = torch.full((self.n_rows,), -1, dtype=torch.int32)
-        self.tensors = tuple(torch.empty((0, self.dim), dtype=t.dtype, device=device) for t in host)
-        self._row_of = torch.empty(0, dtype=torch.int64)
-        self._last_use = torch.empty(0, dtype=torch.int64)
-        self._step_pins = torch.empty(0, dtype=torch.int32)
-        self._hint_pins = torch.empty(0, dtype=torch.int32)
-        self._generation = torch.empty(0, dtype=torch.int64)
-        self._dirty = torch.empty(0, dtype=torch.bool)
+        self._no_slots()
         self._clock = 0
         self._resize(min(capacity, self.n_rows) if self.fixed else 0)
 
@@ -151,14 +145,8 @@ class DeviceCache:
             dirty = self._dirty.nonzero().flatten()
             if dirty.numel():
                 self._write_back(dirty)
-            held = self._row_of >= 0
-            self._slot_of[self._row_of[held]] = -1
-            self.tensors = tuple(t.new_empty((0, self.dim)) for t in self.tensors)
-            empty = torch.empty(0, dtype=torch.int64)
-            self._row_of, self._last_use, self._generation = empty, empty.clone(), empty.clone()
-            self._step_pins = torch.empty(0, dtype=torch.int32)
-            self._hint_pins = torch.empty(0, dtype=torch.int32)
-            self._dirty = torch.empty(0, dtype=torch.bool)
+            self._slot_of[self._row_of[self._row_of >= 0]] = -1
+            self._no_slots()
             self.counts["emptied"] += 1
             return True
 
@@ -307,6 +295,18 @@ class DeviceCache:
     def _grow(self, rows: int) -> None:
         self._resize(min(self.n_rows, max(rows, 2 * self.capacity)))
         self.counts["grown"] += 1
+
+    def _no_slots(self) -> None:
+        """A cache of capacity 0: no device rows, no slot bookkeeping (`_resize` grows it)."""
+        self.tensors = tuple(
+            torch.empty((0, self.dim), dtype=t.dtype, device=self._device) for t in self.host
+        )
+        self._row_of = torch.empty(0, dtype=torch.int64)
+        self._last_use = torch.empty(0, dtype=torch.int64)
+        self._step_pins = torch.empty(0, dtype=torch.int32)
+        self._hint_pins = torch.empty(0, dtype=torch.int32)
+        self._generation = torch.empty(0, dtype=torch.int64)
+        self._dirty = torch.empty(0, dtype=torch.bool)
 
     def _resize(self, capacity: int) -> None:
         """Grow the cache to `capacity` slots, keeping what it holds (training thread only)."""
