@@ -65,6 +65,7 @@ def test_independence_term_is_added_to_the_loss(tiny_dataset, make_config):
 def test_propagation_matches_a_plain_reference(tiny_dataset, make_config):
     model = build(tiny_dataset, make_config)
     model.eval()  # no edge or message dropout
+    assert model.kg_relation.dtype == model.kg_edge_index.dtype == torch.int32  # 4 bytes per edge
     users, items = model.propagate()
 
     tails, heads = model.kg_edge_index.long()

@@ -33,6 +33,7 @@ from tinykg_train.models.graphs import (
     FIRST_KG_RELATION,
     INTERACT,
     ckg_edges,
+    compact,
     item_to_user_mean,
     kg_only,
     mean_weights,
@@ -160,9 +161,10 @@ class KGIN(EmbeddingRecommender):
             RelationalPathLayer(self.n_users, self.dropout, self.compression)
             for _ in range(config.n_layers)
         )
-        # Graph tensors are derived from the dataset: rebuilt, never checkpointed.
+        # Graph tensors are derived from the dataset: rebuilt, never checkpointed. Relation ids are
+        # int32 like the edge index (an int64 copy would hold 4 bytes more per KG edge).
         self.register_buffer("kg_edge_index", kg.edge_index, persistent=False)
-        self.register_buffer("kg_relation", kg.relation, persistent=False)
+        self.register_buffer("kg_relation", compact(kg.relation), persistent=False)
         self.ui_graph = CSRGraph(interactions.edge_index, self.n_users, self.n_entities)
         self.register_buffer(
             "ui_weight", self.ui_graph.values(interactions.weight), persistent=False
