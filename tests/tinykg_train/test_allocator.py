@@ -91,3 +91,56 @@ def test_train_cli_rejects_a_bad_allocator_setting_with_exit_2(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "TINYKG_CPU_ALLOCATOR must be one of" in err
     assert not (tmp_path / "run").exists()
+
+
+def _thp_mode() -> str | None:
+    """The kernel's transparent huge page mode (`always`, `madvise`, `never`), None without THP."""
+    try:
+        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return None
+    return text.split("[", 1)[1].split("]", 1)[0] if "[" in text else None
+
+
+# In a fresh process: import tinykg_train first (as every CLI does), then fill 64 MiB of tensors
+# and print how much of the process is backed by huge pages.
+_HUGE_PAGES_SCRIPT = """
+import tinykg_train, torch
+blocks = [torch.ones(4 << 20) for _ in range(4)]  # 4 x 16 MiB, touched
+for line in open("/proc/self/smaps_rollup"):
+    if line.startswith("AnonHugePages:"):
+        print(int(line.split()[1]) * 1024)
+"""
+
+
+def huge_page_bytes(mode: str) -> int:
+    env = {k: v for k, v in os.environ.items() if k != allocator.HUGE_PAGES_ENV}
+    env[allocator.ENV_VAR] = mode
+    done = subprocess.run(
+        [sys.executable, "-c", _HUGE_PAGES_SCRIPT], env=env, capture_output=True, text=True,
+        check=True,
+    )  # fmt: skip
+    return int(done.stdout.strip())
+
+
+@pytest.mark.skipif(_thp_mode() not in ("madvise", "always"), reason="the kernel has no THP")
+def test_importing_tinykg_train_backs_big_cpu_tensors_with_huge_pages():
+    assert huge_page_bytes("tuned") >= 16 << 20  # most of the 64 MiB (alignment leaves edges)
+    if _thp_mode() == "madvise":  # only what is advised gets huge pages: nothing, as torch is
+        assert huge_page_bytes("default") == 0
+
+
+def test_huge_pages_are_requested_unless_opted_out_or_set_by_the_user(monkeypatch):
+    monkeypatch.delenv(allocator.HUGE_PAGES_ENV, raising=False)
+    monkeypatch.setenv(allocator.ENV_VAR, "default")
+    assert allocator.request_huge_pages() is False
+    assert allocator.HUGE_PAGES_ENV not in os.environ
+    monkeypatch.setenv(allocator.ENV_VAR, "no-such-setting")  # at import: never raises
+    assert allocator.request_huge_pages() is False
+    monkeypatch.delenv(allocator.ENV_VAR)
+    monkeypatch.setenv(allocator.HUGE_PAGES_ENV, "0")  # the user's own choice wins
+    assert allocator.request_huge_pages() is False
+    assert os.environ[allocator.HUGE_PAGES_ENV] == "0"
+    monkeypatch.delenv(allocator.HUGE_PAGES_ENV)
+    assert allocator.request_huge_pages() is sys.platform.startswith("linux")
+    assert os.environ.get(allocator.HUGE_PAGES_ENV) == ("1" if sys.platform.startswith("linux") else None)
