@@ -19,7 +19,8 @@ three INT2 steps glibc's heap held 2,155 MiB of which 1,671 were free, and the p
 RSS was 2.0 GB where torch's tensors peaked at 718 MiB. So the tuned setting also sets torch's
 `THP_MEM_ALLOC_ENABLE=1`: CPU tensors of 2 MiB or more are then allocated 2 MiB-aligned and advised
 to the kernel as transparent huge pages (used where THP is in `madvise` or `always` mode), which
-lowered that peak and sped the steps up (`benchmarks.bench_memory --peak`, see BENCHMARKS.md).
+lowered that peak (`benchmarks.bench_memory --peak`, see BENCHMARKS.md; in scratch step-time
+checks the steps were no slower, on the 50k graph and on lfm1m).
 torch reads that switch once, at the process's first CPU allocation, so `request_huge_pages` runs
 when `tinykg_train` is imported; a process that allocated tensors before goes on without.
 
