@@ -90,9 +90,11 @@ def request_huge_pages() -> bool:
     than `tuned` or the variable is already set (a user's own choice wins); True when it is now 1.
     Never raises: it runs at import, and a bad TINYKG_CPU_ALLOCATOR is reported where the trainer
     tunes the allocator."""
-    if not sys.platform.startswith("linux"):
+    try:
+        tuned = requested() == "tuned"
+    except ConfigError:
         return False
-    if os.environ.get(ENV_VAR, "tuned").strip().lower() not in ("", "tuned"):
+    if not (tuned and sys.platform.startswith("linux")):
         return False
     return os.environ.setdefault(HUGE_PAGES_ENV, "1") == "1"
 
