@@ -67,13 +67,21 @@ def mib(n: float | None) -> str:
     return "n/a" if n is None else f"{n / 2**20:,.0f}"
 
 
+def headline_bytes(result: dict) -> int:
+    """A run's peak memory as the section shows it: the device's `max_memory_allocated` on CUDA,
+    else the process's peak RSS."""
+    cuda_peak = result.get("cuda_max_memory_allocated")
+    return result["peak_rss_bytes"] if cuda_peak is None else cuda_peak
+
+
 def cell_text(result: dict | None) -> str:
-    """`peak RSS MiB / s per step / fits` of one (size, mode), or `-` where it did not run."""
+    """`peak MiB / s per step / fits` of one (size, mode) (`headline_bytes`), or `-` where it did
+    not run."""
     if result is None:
         return "-"
     if not result["fits"]:
         return f"does not fit ({result.get('failure', 'out of memory')})"
-    return f"{mib(result['peak_rss_bytes'])} MiB / {result['seconds_per_step']:.2f} s / fits"
+    return f"{mib(headline_bytes(result))} MiB / {result['seconds_per_step']:.2f} s / fits"
 
 
 def largest_fitting(
@@ -144,7 +152,7 @@ def plot(
     for index, (mode, color) in enumerate(zip(modes, colors, strict=True)):
         runs = sorted((r for r in results if r["mode"] == mode), key=lambda r: size_of[r["size"]])
         fit = [r for r in runs if r["fits"]]
-        ax.plot([size_of[r["size"]] for r in fit], [r["peak_rss_bytes"] / 2**20 for r in fit],
+        ax.plot([size_of[r["size"]] for r in fit], [headline_bytes(r) / 2**20 for r in fit],
                 marker="o", color=color, label=mode)  # fmt: skip
         nudge = 1 + 0.05 * (index - (len(modes) - 1) / 2)  # side by side, not on top of each other
         over = [size_of[r["size"]] * nudge for r in runs if not r["fits"]]
@@ -177,6 +185,29 @@ def report(
     per mode, the step details and the figure link."""
     sizes = [i["size"] for i in ingests]
     best = largest_fitting(results, sizes, modes)
+    limit_text = settings["memory_limit_text"]
+    held = (
+        f"Each child's device memory is held to {limit_text}: it trains unconstrained, and a run "
+        "fits when its `torch.cuda.max_memory_allocated` over the whole run (metrics.json's "
+        "`cuda_max_memory_allocated`: tables, Adam state, graph, activations, temporaries and the "
+        "rankings) is within the limit. Cells: that device peak / seconds per CF step (the epoch's "
+        "seconds, KGAT's KG steps and attention refresh included, over its CF steps) / fits; the "
+        "process's peak RSS (host memory) is in the detail table."
+        if settings.get("device") == "cuda"
+        else f"Each child's resident set is held to {limit_text}: a "
+        "watchdog reads its resident high-water mark (`VmHWM`, which counts the child from its exec, "
+        "not the forked copy of this process it began as) every 50 ms and kills the child once it "
+        "passes the limit, so a run fits when its peak RSS is within the limit, as under a cgroup's "
+        "memory limit (address space reserved but never touched does not count); a child over the "
+        "limit or failing to allocate is *does not fit*. Cells: "
+        "the child's peak RSS (`VmHWM`) / seconds per CF step (the epoch's "
+        "seconds, KGAT's KG steps and attention refresh included, over its CF steps) / fits."
+    )
+    stopped = (
+        f" Stopped by `--budget-s {settings['budget_s']}`: a cell marked `-` did not run."
+        if settings.get("stopped_by_budget")
+        else ""
+    )
     parts = [
         f"Synthetic KGs from `kg_data.synthetic` (users = items = entities / 4, {N_RELATIONS} "
         f"relations, {MEAN_USER_DEGREE} interactions per user on average), named by their triples + "
@@ -186,16 +217,7 @@ def report(
         f"Training: model **{settings['model']}**, each (size, mode) a fresh `python -m pipelines.train` "
         f"child (`--epochs 1 --max-batches-per-epoch {settings['steps']} --threads "
         f"{settings['threads']} --no-mlflow`, then the valid and test ranking{eval_users_text(settings)}), "
-        "the modes taking turns "
-        f"at each size. Each child's resident set is held to {settings['memory_limit_text']}: a "
-        "watchdog reads its resident high-water mark (`VmHWM`, which counts the child from its exec, "
-        "not the forked copy of this process it began as) every 50 ms and kills the child once it "
-        "passes the limit, so a run fits when its peak RSS is within the limit, as under a cgroup's "
-        "memory limit (address space reserved but never touched does not count); a child over the "
-        "limit or failing to allocate is *does not fit*. Cells: "
-        "the child's peak RSS (`VmHWM`; on CUDA the headline is metrics.json's "
-        "`cuda_max_memory_allocated`, in the detail table) / seconds per CF step (the epoch's "
-        "seconds, KGAT's KG steps and attention refresh included, over its CF steps) / fits.",
+        f"the modes taking turns at each size. {held}{stopped}",
         results_table(results, sizes, modes),
         "Largest size trained within the limit: "
         + ", ".join(f"{mode} **{best[mode] or 'none'}**" for mode in modes)

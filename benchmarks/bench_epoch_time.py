@@ -1,4 +1,4 @@
-"""CPU epoch time of a compressed width against FP32, their epochs taking turns.
+"""Epoch time of a compressed width against FP32, their epochs taking turns (CPU or CUDA).
 
 A machine shared with other work (a VM, a CI runner) changes speed from minute to minute: epochs
 timed in runs minutes apart can differ by a third with the code unchanged, more than the overhead
@@ -12,10 +12,13 @@ evaluation) and report its `epoch_seconds`.
 `--allocator` picks the workers' CPU allocator (`tinykg_train.allocator`): `tuned`, what the trainer
 sets on the CPU, glibc's `default`, whose page faults slow the widths by different amounts, or
 `both`: four workers (two widths, two allocators) taking turns, so the allocators are compared in the
-same rounds. Section `epoch-time-<dataset>-cpu` (the latest run, whichever allocators it timed).
+same rounds. `--device cuda` trains both workers on the GPU (the allocator then only serves host
+tensors) and also reports each width's `torch.cuda.max_memory_allocated` over its timed epochs.
+Section `epoch-time-<dataset>-<device>` (the latest run, whichever allocators it timed).
 
     python -m benchmarks.bench_epoch_time [--dataset music-kgcn] [--models kgat,kgin] [--bits 2]
-        [--warmup 2] [--rounds 10] [--allocator tuned|default|both] [--no-write]
+        [--warmup 2] [--rounds 10] [--allocator tuned|default|both] [--device cpu|cuda]
+        [--no-write]
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ class Turns:
     model: str
     seconds: dict[int, list[float]]
     allocator: str = "tuned"
+    peak_bytes: dict[int, int] | None = None  # per width, the largest CUDA peak of its epochs
 
     def median(self, bits: int) -> float:
         return statistics.median(self.seconds[bits])
@@ -70,9 +74,10 @@ class Turns:
 # -- the worker: one training, an epoch per request ---------------------------------------------------
 
 
-def run_worker(model: str, bits: int, data: str, warmup: int) -> int:
-    """Train `model` at `bits`: warm up, print `ready`, then run one epoch for each `epoch` line on
-    stdin and print its seconds (JSON), until `stop` or the end of stdin."""
+def run_worker(model: str, bits: int, data: str, warmup: int, device_name: str = "cpu") -> int:
+    """Train `model` at `bits` on `device_name`: warm up, print `ready`, then run one epoch for each
+    `epoch` line on stdin and print its seconds (and on CUDA its `max_memory_allocated`) as JSON,
+    until `stop` or the end of stdin."""
     import torch
 
     from tinykg_train.config import TrainConfig
@@ -82,9 +87,11 @@ def run_worker(model: str, bits: int, data: str, warmup: int) -> int:
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         config = TrainConfig.from_yaml(REPO_ROOT / "configs" / f"{model}.yaml").with_overrides(
-            data=data, bits=bits, seed=0, device="cpu", out=f"{tmp}/run"
+            data=data, bits=bits, seed=0, device=device_name, out=f"{tmp}/run"
         )
-        session = open_session(config, torch.device("cpu"))
+        device = torch.device(device_name)
+        on_cuda = device.type == "cuda"
+        session = open_session(config, device)
         for epoch in range(warmup):
             train_epoch(session, epoch)
         print("ready", flush=True)
@@ -92,8 +99,12 @@ def run_worker(model: str, bits: int, data: str, warmup: int) -> int:
         for line in sys.stdin:
             if line.strip() != "epoch":
                 break
-            seconds = train_epoch(session, epoch)["epoch_seconds"]
-            print(json.dumps({"epoch_seconds": seconds}), flush=True)
+            if on_cuda:
+                torch.cuda.reset_peak_memory_stats(device)
+            reply = {"epoch_seconds": train_epoch(session, epoch)["epoch_seconds"]}
+            if on_cuda:
+                reply["max_memory_allocated"] = torch.cuda.max_memory_allocated(device)
+            print(json.dumps(reply), flush=True)
             epoch += 1
     return 0
 
@@ -104,11 +115,14 @@ def run_worker(model: str, bits: int, data: str, warmup: int) -> int:
 class Worker:
     """A worker process, driven line by line."""
 
-    def __init__(self, model: str, bits: int, data: str, warmup: int, allocator: str) -> None:
+    def __init__(
+        self, model: str, bits: int, data: str, warmup: int, allocator: str, device: str = "cpu"
+    ) -> None:
         self.bits = bits
+        self.peak_bytes = 0  # the largest CUDA peak of the epochs timed so far
         command = [
             sys.executable, "-m", "benchmarks.bench_epoch_time", "--worker", "--models", model,
-            "--bits", str(bits), "--data", data, "--warmup", str(warmup),
+            "--bits", str(bits), "--data", data, "--warmup", str(warmup), "--device", device,
         ]  # fmt: skip
         self.process = subprocess.Popen(
             command,
@@ -136,7 +150,9 @@ class Worker:
     def epoch(self) -> float:
         self.process.stdin.write("epoch\n")
         self.process.stdin.flush()
-        return float(json.loads(self._line())["epoch_seconds"])
+        reply = json.loads(self._line())
+        self.peak_bytes = max(self.peak_bytes, int(reply.get("max_memory_allocated", 0)))
+        return float(reply["epoch_seconds"])
 
     def close(self) -> None:
         if self.process.poll() is None:
@@ -156,11 +172,12 @@ def take_turns(
     warmup: int,
     rounds: int,
     allocators: Sequence[str] = ("tuned",),
+    device: str = "cpu",
 ) -> list[Turns]:
     """`rounds` epochs at each width with each CPU allocator (see `tinykg_train.allocator`), each
     epoch alone on the machine; the order within a round reverses every other round."""
     arms = [(allocator, width) for allocator in allocators for width in (32, bits)]
-    workers = {arm: Worker(model, arm[1], data, warmup, arm[0]) for arm in arms}
+    workers = {arm: Worker(model, arm[1], data, warmup, arm[0], device) for arm in arms}
     try:
         for worker in workers.values():  # all warm up at once (their set-up is not timed)
             worker.wait_ready()
@@ -171,13 +188,24 @@ def take_turns(
     finally:
         for worker in workers.values():
             worker.close()
+    peaks = {arm: worker.peak_bytes for arm, worker in workers.items()}
     return [
-        Turns(model, {width: seconds[(allocator, width)] for width in (32, bits)}, allocator)
+        Turns(
+            model,
+            {width: seconds[(allocator, width)] for width in (32, bits)},
+            allocator,
+            {width: peaks[(allocator, width)] for width in (32, bits)} if device == "cuda" else None,
+        )
         for allocator in allocators
     ]
 
 
-def report(dataset: str, bits: int, warmup: int, results: list[Turns]) -> str:
+GOALS = {"cpu": "goal <= 1.10 on CPU", "cuda": "goal <= 1.25 on a GPU"}  # issue 19's targets
+
+
+def report(
+    dataset: str, bits: int, warmup: int, results: list[Turns], device: str = "cpu"
+) -> str:
     label = width_label(bits)
     rounds = len(results[0].seconds[32])
     rows, lines = [], []
@@ -193,27 +221,50 @@ def report(dataset: str, bits: int, warmup: int, results: list[Turns]) -> str:
         rows.append([
             turns.model, allocator, f"{turns.median(32):.3f}", f"{turns.median(bits):.3f}",
             f"{ratio:.3f}", f"{statistics.median(ratios):.3f} ({low:.3f} to {high:.3f})",
-        ])  # fmt: skip
+        ] + peak_cells(turns, bits))  # fmt: skip
         lines.append(
             f"- {turns.model} ({allocator} allocator) {label} / FP32 epoch time: **{ratio:.2f}** "
-            "(goal <= 1.10 on CPU)"
+            f"({GOALS[device]})"
         )
     lines += allocator_comparisons(results, bits)
+    on_cuda = device == "cuda"
+    peak_headers = (
+        ["FP32 max allocated MiB", f"{label} max allocated MiB", f"FP32 / {label} memory"]
+        if on_cuda
+        else []
+    )
     table = markdown_table(
         ["model", "allocator", "FP32 epoch s", f"{label} epoch s", f"{label} / FP32",
-         "per round: median (quartiles)"],
+         "per round: median (quartiles)"] + peak_headers,
         rows,
     )  # fmt: skip
+    where = "on the GPU (one torch thread on the host)" if on_cuda else "one torch thread"
+    peak_note = (
+        " *max allocated*: the largest `torch.cuda.max_memory_allocated` of a width's timed epochs "
+        "(the peak is reset before each), the whole training's device memory: tables, Adam "
+        "state, graph buffers, activations and temporaries."
+        if on_cuda
+        else ""
+    )
     return (
-        f"{dataset}, the models' `configs/<model>.yaml`, seed 0, one torch thread, {warmup} warm-up "
+        f"{dataset}, the models' `configs/<model>.yaml`, seed 0, {where}, {warmup} warm-up "
         f"epochs, then {rounds} rounds of one epoch per worker process (a width with a CPU "
         "allocator: *tuned* is the trainer's, `tinykg_train.allocator`; *glibc default* is "
         "TINYKG_CPU_ALLOCATOR=default), each epoch alone on the machine (the other workers idle; "
         "the order reversing every other round). *epoch s*: median of the timed epochs' "
         "`epoch_seconds` (the trainer's `train_epoch`: CF and KG phases, no evaluation); "
         f"*{label} / FP32*: of the medians; *per round*: each round's {label} epoch over its FP32 "
-        "epoch.\n\n" + table + "\n\n" + "\n".join(lines) + "\n"
+        f"epoch.{peak_note}\n\n" + table + "\n\n" + "\n".join(lines) + "\n"
     )
+
+
+def peak_cells(turns: Turns, bits: int) -> list[str]:
+    """The CUDA peak columns of `turns`' row: FP32's and `bits`' MiB and their ratio (none on CPU)."""
+    if turns.peak_bytes is None:
+        return []
+    fp32, compressed = turns.peak_bytes[32], turns.peak_bytes[bits]
+    ratio = f"{fp32 / compressed:.2f}x" if compressed else "n/a"
+    return [f"{fp32 / 2**20:,.1f}", f"{compressed / 2**20:,.1f}", ratio]
 
 
 def allocator_comparisons(results: list[Turns], bits: int) -> list[str]:
@@ -251,16 +302,37 @@ def build_parser() -> argparse.ArgumentParser:
         default="tuned",
         help="the workers' CPU allocator: the trainer's (tuned), glibc's default, or both in turns",
     )
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where both workers train (cuda: also their max_memory_allocated)",
+    )
     parser.add_argument("--no-write", action="store_true", help="print, do not edit BENCHMARKS.md")
     parser.add_argument("--data", help=argparse.SUPPRESS)  # the worker's dataset dir
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return parser
 
 
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def device_title(device: str) -> str:
+    """How the section's title names the device: CPU, or the GPU's own name."""
+    if device == "cpu":
+        return "CPU"
+    import torch
+
+    return torch.cuda.get_device_name(0)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.worker:
-        return run_worker(args.models[0], args.bits, args.data, args.warmup)
+        return run_worker(args.models[0], args.bits, args.data, args.warmup, args.device)
     problem = (
         "--bits needs a compressed width (1, 2, 4 or 8): it is timed against FP32"
         if args.bits == 32
@@ -268,6 +340,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.rounds < 1
         else f"--warmup needs to be at least 0 (got {args.warmup})"
         if args.warmup < 0
+        else "--device cuda needs a CUDA GPU, and torch sees none here; use --device cpu"
+        if args.device == "cuda" and not cuda_available()
         else None
     )
     if problem:
@@ -283,17 +357,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         turns
         for model in tqdm(args.models, desc="models", disable=None)
         for turns in take_turns(
-            model, args.bits, str(data_dir), args.warmup, args.rounds, allocators
+            model, args.bits, str(data_dir), args.warmup, args.rounds, allocators, args.device
         )
     ]
-    body = report(dataset, args.bits, args.warmup, results)
+    body = report(dataset, args.bits, args.warmup, results, args.device)
     print(body)
     names = " and ".join(ALLOCATOR_NAMES[allocator] for allocator in allocators)
     title = (
-        f"Epoch time, {width_label(args.bits)} against FP32, epochs taking turns ({dataset}; CPU, "
-        f"{names} allocator{'s' if len(allocators) > 1 else ''})"
+        f"Epoch time, {width_label(args.bits)} against FP32, epochs taking turns ({dataset}; "
+        f"{device_title(args.device)}, {names} allocator{'s' if len(allocators) > 1 else ''})"
     )
-    section = section_name("epoch-time", "cpu", dataset)
+    section = section_name("epoch-time", args.device, dataset)
     publish_section(section, title, body, write=not args.no_write)
     return 0
 

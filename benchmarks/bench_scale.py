@@ -5,7 +5,7 @@ step time and whether it trains at all within a memory limit.
         int2-sampled,int2-partitioned,int2-offloaded] [--model kgat] [--steps 5] [--threads 1]
         [--memory-limit 16GB] [--device auto|cpu|cuda] [--eval-users 20000]
         [--train-epochs N [--train-max-batches N]
-        [--train-modes M,M]] [--work-dir DIR] [--no-write]
+        [--train-modes M,M]] [--budget-s S] [--work-dir DIR] [--no-write]
 
 A size is the graph's triples + interactions (`100k`, `1m`, `10m`, `100m`: 10k to 10M entities), made
 by `kg_data.synthetic` in a child process and ingested by `python -m pipelines.ingest` in another
@@ -191,6 +191,9 @@ def train(mode: str, data: Path, out: Path, args: argparse.Namespace, n_train: i
     return result
 
 
+clock = time.monotonic  # --budget-s reads it (a test steps it)
+
+
 def run(args: argparse.Namespace, work: Path) -> tuple[list[dict], list[dict], list[dict]]:
     """Every size in turn: generate, ingest, then the modes in turn (the order reversed at every other
     size); a mode that did not fit is not tried at larger sizes. At the last size, with
@@ -198,8 +201,16 @@ def run(args: argparse.Namespace, work: Path) -> tuple[list[dict], list[dict], l
     from tqdm import tqdm
 
     ingests, results, trainings, over = [], [], [], set()
+    started = clock()
+
+    def out_of_time() -> bool:
+        args.stopped_by_budget = bool(args.budget_s) and clock() - started > args.budget_s
+        return args.stopped_by_budget
+
     progress = tqdm(total=len(args.sizes) * (1 + len(args.modes)), desc="scale", disable=None)
     for index, preset in enumerate(args.sizes):
+        if out_of_time():
+            break
         raw, data = work / f"{preset.name}-raw", work / f"{preset.name}-data"
         generate(preset, raw)
         ingests.append(ingest(preset, raw, data))
@@ -207,6 +218,8 @@ def run(args: argparse.Namespace, work: Path) -> tuple[list[dict], list[dict], l
         progress.update()
         modes = args.modes if index % 2 == 0 else list(reversed(args.modes))
         for mode in modes:
+            if out_of_time():
+                break
             if mode in over:
                 results.append({"size": preset.name, "mode": mode, "fits": False,
                                 "failure": "did not fit a smaller size"})  # fmt: skip
@@ -222,7 +235,7 @@ def run(args: argparse.Namespace, work: Path) -> tuple[list[dict], list[dict], l
                 shutil.rmtree(out, ignore_errors=True)
             progress.update()
             progress.write(f"{preset.name} {mode}: {brief(results[-1])}")
-        if preset is args.sizes[-1] and args.train_epochs:
+        if preset is args.sizes[-1] and args.train_epochs and not out_of_time():
             fitted = [
                 m for m in args.train_modes or args.modes if m in args.modes and m not in over
             ]
@@ -296,6 +309,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--no-write", dest="write", action="store_false",
                         help="print the report; leave BENCHMARKS.md and the figures alone")  # fmt: skip
+    parser.add_argument("--budget-s", type=float, default=0,
+                        help="start no new size or run after this many seconds and report what "
+                        "ran (default 0: no limit)")  # fmt: skip
     parser.add_argument("--generate", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.memory_limit_text = args.memory_limit
@@ -303,10 +319,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.memory_limit = parse_size(args.memory_limit, "--memory-limit")
     except ConfigError as exc:
         parser.error(str(exc))
-    if args.steps < 1 or args.threads < 1 or min(args.train_epochs, args.train_max_batches, args.eval_users) < 0:
+    if args.steps < 1 or args.threads < 1 or min(args.train_epochs, args.train_max_batches, args.eval_users, args.budget_s) < 0:
         parser.error(
-            "--steps and --threads need to be at least 1, --train-epochs, --train-max-batches and "
-            "--eval-users at least 0"
+            "--steps and --threads need to be at least 1, --train-epochs, --train-max-batches, "
+            "--eval-users and --budget-s at least 0"
         )
     return args
 
@@ -335,7 +351,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         figure = f"benchmarks/figures/{name}"
     settings = {"model": args.model, "steps": args.steps, "threads": args.threads,
                 "train_epochs": args.train_epochs, "train_max_batches": args.train_max_batches,
-                "eval_users": args.eval_users,
+                "eval_users": args.eval_users, "device": args.device,
+                "budget_s": f"{args.budget_s:g}",
+                "stopped_by_budget": getattr(args, "stopped_by_budget", False),
                 "memory_limit": args.memory_limit, "memory_limit_text": args.memory_limit_text}  # fmt: skip
     body = report(results, ingests, args.modes, settings, figure, trainings)
     print(body)

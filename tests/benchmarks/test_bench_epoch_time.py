@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from benchmarks.bench_epoch_time import Turns, main, report, take_turns
 
@@ -19,6 +20,14 @@ def test_ratio_is_of_the_medians_and_each_round_is_paired():
     assert "kgat (tuned allocator) INT2 / FP32 epoch time: **1.90**" in text
     assert "then 4 rounds of one epoch per worker process" in text
     assert "same rounds" not in text  # one allocator: nothing to compare
+
+
+def test_a_cuda_run_reports_each_width_s_device_peak_and_the_gpu_goal():
+    turns = Turns("kgat", {32: [1.0, 1.0], 2: [1.2, 1.2]}, peak_bytes={32: 300 * 2**20, 2: 100 * 2**20})
+    text = report("tiny", 2, warmup=1, results=[turns], device="cuda")
+    assert "| kgat | tuned | 1.000 | 1.200 | 1.200 | 1.200 (1.200 to 1.200) | 300.0 | 100.0 | 3.00x |" in text
+    assert "(goal <= 1.25 on a GPU)" in text and "FP32 max allocated MiB" in text
+    assert "max allocated" not in report("tiny", 2, warmup=1, results=[Turns("kgat", turns.seconds)])
 
 
 def test_allocators_timed_in_the_same_rounds_are_compared_per_width():
@@ -83,6 +92,22 @@ def test_every_allocator_choice_writes_the_dataset_s_one_section(
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
+    _assert_one_line_error(argv, message, capsys)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message torch gives without a GPU")
+def test_cuda_without_a_gpu_is_one_line_and_exit_2(capsys):
+    _assert_one_line_error(["--device", "cuda"], "--device cuda needs a CUDA GPU", capsys)
+
+
+@pytest.mark.cuda
+def test_cuda_workers_take_turns_and_report_their_device_peaks(tiny_dataset_dir: Path):
+    (timed,) = take_turns("lightgcn", 2, str(tiny_dataset_dir), warmup=1, rounds=2, device="cuda")
+    assert all(len(s) == 2 and min(s) > 0 for s in timed.seconds.values())
+    assert timed.peak_bytes is not None and min(timed.peak_bytes.values()) > 0
+
+
+def _assert_one_line_error(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1

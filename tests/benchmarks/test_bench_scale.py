@@ -104,6 +104,36 @@ def test_report_names_the_largest_size_per_mode_and_the_limit():
     assert "| 1m | 100,000 | 333,333 | 500,000 | 10.0 | 1.00 | 10.0 | 256 |" in body
 
 
+def test_on_cuda_the_cells_show_the_device_peak_and_the_text_says_so():
+    on_gpu = {**fake("1m", "int2-whole", 3000), "cuda_max_memory_allocated": 512 * 2**20}
+    assert results_table([on_gpu], ["1m"], ["int2-whole"]).splitlines()[2] == (
+        "| 1m | 512 MiB / 0.50 s / fits |"
+    )
+    ingests = [{"size": "1m", "n_entities": 10**5, "n_triples": 3 * 10**5, "n_interactions": 6 * 10**5,
+                "raw_bytes": 10**7, "ingest_seconds": 1.0, "peak_rss_bytes": 2**28}]  # fmt: skip
+    settings = {"model": "kgat", "steps": 3, "threads": 1, "memory_limit_text": "80GB",
+                "device": "cuda", "budget_s": "300", "stopped_by_budget": True}  # fmt: skip
+    body = report([on_gpu], ingests, ["int2-whole", "int2-sampled"], settings, figure=None)
+    assert "device memory is held to 80GB" in body and "resident set is held" not in body
+    assert "Stopped by `--budget-s 300`: a cell marked `-` did not run." in body
+    assert "| 1m | 512 MiB / 0.50 s / fits | - |" in body
+
+
+def test_a_time_budget_stops_before_the_next_run_and_reports_what_ran(
+    tmp_path, capsys, monkeypatch
+):
+    ticks = iter(range(1000))  # one second per reading: start 0, first size 1, first run 2, ...
+    monkeypatch.setattr(bench_scale, "clock", lambda: next(ticks))
+    argv = ["--sizes", "5k,100k", "--modes", "int2-whole,int2-sampled", "--steps", "1",
+            "--device", "cpu", "--work-dir", str(tmp_path / "work"), "--no-write",
+            "--budget-s", "2.5"]  # fmt: skip
+    assert bench_scale.main(argv) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^\| 5k \| [\d,]+ MiB / [\d.]+ s / fits \| - \|$", out, re.MULTILINE)
+    assert "| 100k |" not in out  # the next size never started
+    assert "Stopped by `--budget-s 2.5`" in out
+
+
 def test_a_child_that_cannot_allocate_does_not_fit_and_other_failures_raise(tmp_path):
     hog = [sys.executable, "-c", "import time; b = bytearray(2 * 10**9); time.sleep(30)"]
     started = time.perf_counter()
