@@ -48,6 +48,29 @@ def test_attention_is_the_papers_formula_normalised_per_head(kgat, tiny_dataset)
     assert (kgat.attention > 0).all()
 
 
+def test_attention_scored_in_small_chunks_is_the_same_and_its_peak_follows_the_chunk(
+    kgat, tiny_dataset, monkeypatch
+):
+    from tinykg_train.memory import allocation_peak
+    from tinykg_train.models import kgat as kgat_module
+
+    dim, edges = kgat.node_embedding.shape[1], kgat.attention.numel()
+    peaks = {}
+    for chunk_edges in (edges, 3):  # one chunk for every edge; 3 edges at a time (both code paths)
+        monkeypatch.setattr(kgat_module, "ATTENTION_CHUNK_FLOATS", chunk_edges * dim)
+        kgat.attention.zero_()
+        with allocation_peak(torch.device("cpu")) as window:
+            kgat.refresh_attention()
+        peaks[chunk_edges] = window.peak_bytes
+        torch.testing.assert_close(
+            kgat.attention, reference_attention(kgat, tiny_dataset), rtol=1e-4, atol=1e-6
+        )
+    # relations are scored one at a time: whole-relation chunks hold two [edges of the relation,
+    # dim] float tensors at once (at least); 3-edge chunks do not
+    largest = max(int(count) for count in kgat.relation_edge_counts)
+    assert peaks[edges] - peaks[3] >= 2 * (largest - 3) * dim * 4
+
+
 def test_attention_is_refreshed_from_the_current_weights(kgat, tiny_dataset, train):
     before = kgat.attention.clone()
     train(kgat, tiny_dataset, steps=5)  # on_epoch_start(0) runs before the steps
