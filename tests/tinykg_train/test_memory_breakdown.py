@@ -13,10 +13,12 @@ from tinykg_train.config import TrainConfig
 from tinykg_train.epoch import run_phase
 from tinykg_train.memory import allocation_peak
 from tinykg_train.memory_breakdown import (
+    EPOCH_START,
     EVALUATION,
     HELD_PARTS,
     STEP_PARTS,
     breakdown_metrics,
+    epoch_start_measured,
     evaluate_measured,
     optimizer_state_bytes,
     run_peak,
@@ -120,7 +122,28 @@ def test_a_resumed_run_keeps_the_breakdown_its_first_epoch_measured(tiny_dataset
     measured = train(first)["memory_breakdown"]
     resumed = train(first.with_overrides(epochs=2, resume=True))
     assert resumed["memory_breakdown"] == measured
-    assert set(measured) == {"cf", "kg", EVALUATION}
+    assert set(measured) == {"cf", "kg", EVALUATION, EPOCH_START}  # KGAT refreshes its attention
+
+
+def test_the_epoch_start_hook_is_measured_once_and_only_when_it_allocates(
+    tiny_dataset_dir, tmp_path
+):
+    session = open_session(config(tiny_dataset_dir, tmp_path / "run"), torch.device("cpu"))
+    with allocation_peak(torch.device("cpu")) as independent:
+        session.model.on_epoch_start(0)
+    epoch_start_measured(session, 0)
+    row = session.state.memory_breakdown[EPOCH_START]
+    edges = session.model.attention.numel()
+    assert row["work"] == independent.peak_bytes and row["work"] >= edges * 4  # the edges' scores
+    assert row["peak"] == sum(row[n] for n in HELD_PARTS) + row["work"]
+    epoch_start_measured(session, 1)
+    assert session.state.memory_breakdown[EPOCH_START] is row  # measured once
+    assert dict(summary_rows({EPOCH_START: row}))["epoch_start peak MiB"].count("work") == 1
+    quiet = open_session(
+        config(tiny_dataset_dir, tmp_path / "lightgcn", model="lightgcn"), torch.device("cpu")
+    )
+    epoch_start_measured(quiet, 0)  # LightGCN's hook allocates nothing: no row
+    assert EPOCH_START not in quiet.state.memory_breakdown
 
 
 def test_metrics_and_summary_name_every_part_and_the_largest_peak():

@@ -18,7 +18,11 @@ import torch
 from tqdm.auto import tqdm
 
 from tinykg_train.errors import TinyKGError
-from tinykg_train.memory_breakdown import evaluate_measured, start_step_probe
+from tinykg_train.memory_breakdown import (
+    epoch_start_measured,
+    evaluate_measured,
+    start_step_probe,
+)
 from tinykg_train.precision import adapt_if_due
 from tinykg_train.session import Session
 
@@ -107,7 +111,7 @@ def train_epoch(session: Session, epoch: int) -> dict[str, Any]:
     synchronize(session.device)
     start = time.perf_counter()
     with session.whole_model():
-        model.on_epoch_start(epoch)  # e.g. KGAT's attention refresh: part of the epoch's cost
+        epoch_start_measured(session, epoch)  # e.g. KGAT's attention refresh: the epoch's cost
     sampled = session.sampled  # sampled training: batches with subgraphs, their own losses
     if sampled is None:
         adapt_if_due(session, "cf", epoch, session.cf_batches, model.loss)

@@ -21,6 +21,10 @@ The first evaluation is measured in two stages: `propagation` (`prepare_scoring`
 persistent parts), and `scoring_cache` (what it keeps for scoring) plus `score_blocks` (the peak of
 ranking the users in blocks); its `peak` is the persistent parts plus the larger stage.
 
+The first epoch's start hook (`on_epoch_start`: KGAT's attention refresh over every edge) is measured
+too, when it allocates anything: `epoch_start` is the persistent parts plus the hook's own peak,
+`work`. It can set a run's peak (KGAT on lfm1m, before its refresh was chunked finer).
+
 The result is plain data in `TrainingState.memory_breakdown` (checkpointed: a resumed run keeps it
 and does not measure again), written to metrics.json as `memory_breakdown`.
 """
@@ -48,6 +52,7 @@ STEP_PARTS = (
 #: The persistent parts an evaluation starts from.
 HELD_PARTS = STEP_PARTS[:5]
 EVALUATION = "evaluation"
+EPOCH_START = "epoch_start"
 
 
 def storage_bytes(tensors: Iterable[torch.Tensor | None]) -> int:
@@ -216,6 +221,29 @@ def evaluate_measured(session, split: str) -> dict[str, float]:
     return metrics
 
 
+def epoch_start_measured(session, epoch: int) -> None:
+    """`session.model.on_epoch_start(epoch)`; the run's first call also stores the `epoch_start`
+    row (module docstring) when the hook allocates."""
+    breakdown = session.state.memory_breakdown
+    if EPOCH_START in breakdown:
+        session.model.on_epoch_start(epoch)
+        return
+    held = held_parts(session)
+    with allocation_peak(session.device) as window:
+        session.model.on_epoch_start(epoch)
+    if window.peak_bytes <= 0:
+        return
+    row: dict[str, Any] = {name: int(held[name]) for name in HELD_PARTS}
+    if window.start_bytes is not None:  # CUDA: what else was allocated before the hook
+        row["other"] = int(window.start_bytes - sum(held.values()))
+    row["work"] = int(window.peak_bytes)
+    row["peak"] = int(sum(row[name] for name in (*HELD_PARTS, "other", "work") if name in row))
+    row["epoch"] = epoch
+    if window.earlier_peak_bytes is not None:
+        row["cuda_peak_before_bytes"] = window.earlier_peak_bytes
+    breakdown[EPOCH_START] = row
+
+
 def run_peak(breakdown: dict[str, Any]) -> tuple[str | None, int | None]:
     """(phase, bytes) of the largest measured peak (a training phase or the evaluation)."""
     peaks = {name: row["peak"] for name, row in breakdown.items() if isinstance(row, dict)}
@@ -262,7 +290,11 @@ def summary_rows(breakdown: dict[str, Any]) -> list[tuple[str, str]]:
         if not isinstance(row, dict):
             continue
         names = HELD_PARTS + (
-            ("scoring_cache", "score_blocks") if phase == EVALUATION else STEP_PARTS[5:]
+            ("scoring_cache", "score_blocks")
+            if phase == EVALUATION
+            else ("work",)
+            if phase == EPOCH_START
+            else STEP_PARTS[5:]
         )
         if phase == EVALUATION and row.get("peak_stage") == "propagation":
             names = (*HELD_PARTS, "propagation")
