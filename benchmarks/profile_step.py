@@ -1,0 +1,132 @@
+"""Where a training step's time goes: each phase's step time at FP32 and at a compressed width, and
+`torch.profiler` tables of a few steps of each, on the CPU or a GPU.
+
+    python -m benchmarks.profile_step [--dataset lfm1m-kgat] [--model kgat] [--bits 2]
+        [--device cpu|cuda] [--steps 10] [--rows 25] [--out profile.txt]
+
+The trainer's own session and step (`bench_memory.open_step_session`, `epoch.run_phase`) on the
+epoch's first batch of each phase (CF, and KG for models with a KG phase), after three warm-up
+steps; the model's epoch-start hook (KGAT's attention refresh) is timed too. It prints the medians
+and writes the profiler tables (sorted by device time on CUDA, then by host time) to `--out`. A
+diagnostic, not a section of BENCHMARKS.md: step time on a GPU is worth reading here against the
+device time the kernels took (the rest is the host launching them), which a timer cannot tell apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from benchmarks._datasets import DatasetUnavailable, resolve_dataset
+from benchmarks.bench_memory import OneBatch, open_step_session
+from tinykg_train.compression_defaults import BITS
+from tinykg_train.config import MODELS
+
+WARMUP_STEPS = 3
+PROFILED_STEPS = 3
+
+
+def timed(device: torch.device, work) -> float:
+    """Seconds `work()` took, the device's queue drained before and after."""
+    from tinykg_train.epoch import synchronize
+
+    synchronize(device)
+    start = time.perf_counter()
+    work()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+def profile_width(data: Path, model: str, bits: int, device: torch.device, steps: int,
+                  rows: int, out) -> list[str]:  # fmt: skip
+    """Lines of `model`'s step times at `bits`; its profiler tables are written to `out`."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from tinykg_train.epoch import run_phase
+
+    lines = []
+    with tempfile.TemporaryDirectory(prefix="profile_step_") as tmp:
+        session = open_step_session(data, model, bits, device, Path(tmp))
+        hook = timed(device, lambda: session.model.on_epoch_start(0))
+        lines.append(f"{model} bits {bits}: epoch-start hook {hook * 1e3:.1f} ms")
+        phases = [("cf", session.cf_batches, session.model.loss)]
+        if session.kg_batches is not None:
+            phases.append(("kg", session.kg_batches, session.model.kg_loss))
+        activities = [ProfilerActivity.CPU]
+        if device.type == "cuda":
+            activities.append(ProfilerActivity.CUDA)
+        for phase, batches, loss_fn in phases:
+            batch = OneBatch(next(iter(batches.epoch(0))))
+
+            def step(phase=phase, batch=batch, loss_fn=loss_fn) -> None:
+                run_phase(session, 0, phase, batch, loss_fn, measure=False)
+
+            for _ in range(WARMUP_STEPS):
+                step()
+            seconds = statistics.median(timed(device, step) for _ in range(steps))
+            lines.append(f"{model} bits {bits}: {phase} step {seconds * 1e3:.2f} ms (median of {steps})")
+            with profile(activities=activities) as prof:
+                for _ in range(PROFILED_STEPS):
+                    step()
+                timed(device, lambda: None)
+            keys = (["self_cuda_time_total"] if device.type == "cuda" else []) + [
+                "self_cpu_time_total"
+            ]
+            for key in keys:
+                out.write(f"\n### {model} bits {bits}, {phase} phase, {PROFILED_STEPS} steps, by {key}\n")
+                out.write(prof.key_averages().table(sort_by=key, row_limit=rows,
+                                                    max_name_column_width=70))  # fmt: skip
+    return lines
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.profile_step",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--dataset", default="lfm1m-kgat", help="a ../shared/data name or a dir")
+    parser.add_argument("--model", choices=MODELS, default="kgat")
+    parser.add_argument("--bits", type=int, choices=BITS, default=2, help="profiled beside FP32")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per phase and width")
+    parser.add_argument("--rows", type=int, default=25, help="rows of each profiler table")
+    parser.add_argument("--out", type=Path, default=Path("profile.txt"),
+                        help="where the profiler tables go (default profile.txt)")  # fmt: skip
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("--device cuda needs a CUDA GPU, and torch sees none here; use --device cpu",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    if min(args.steps, args.rows, args.threads) < 1:
+        print("--steps, --rows and --threads need to be at least 1", file=sys.stderr)
+        return 2
+    try:
+        _, data = resolve_dataset(args.dataset)
+    except DatasetUnavailable as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    with args.out.open("w") as out:
+        for bits in dict.fromkeys((32, args.bits)):
+            for line in profile_width(data, args.model, bits, device, args.steps, args.rows, out):
+                print(line, flush=True)
+    print(f"profiler tables: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""benchmarks/profile_step.py: both widths' step times per phase, their profiler tables in --out, bad
+input one line and exit status 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks.profile_step import main
+
+
+def test_each_width_and_phase_is_timed_and_profiled(tiny_dataset_dir: Path, tmp_path: Path, capsys):
+    out = tmp_path / "tables.txt"
+    argv = ["--dataset", str(tiny_dataset_dir), "--model", "kgat", "--bits", "4", "--steps", "2",
+            "--rows", "5", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    for bits in (32, 4):
+        assert f"kgat bits {bits}: epoch-start hook" in printed
+        for phase in ("cf", "kg"):
+            assert f"kgat bits {bits}: {phase} step" in printed
+            assert f"### kgat bits {bits}, {phase} phase, 3 steps, by self_cpu_time_total" in out.read_text()
+    assert "aten::" in out.read_text()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--steps", "0"], "--steps, --rows and --threads need to be at least 1"),
+        (["--dataset", "no-such-dataset"], "dataset 'no-such-dataset'"),
+    ]
+    + ([] if torch.cuda.is_available() else [(["--device", "cuda"], "needs a CUDA GPU")]),
+)
+def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
