@@ -165,6 +165,18 @@ def test_one_partition_step_is_the_whole_graph_step(name, dataset, ckg):
         torch.testing.assert_close(local[key], whole[key], rtol=1e-4, atol=1e-7, msg=key)
 
 
+def test_an_epoch_s_end_lets_go_of_the_last_partition_s_graph(dataset, ckg, three):
+    model = make_model("lightgcn", dataset, bits=2)
+    batches = PartitionedBatches(model, three, ckg, (-1,) * LAYERS, batch_size=64, seed=0)
+    with batches.running(0):
+        first = next(iter(batches.epoch(0)))
+        assert batches._current is not None  # the partition being sampled keeps its graph
+    assert batches._current is None  # not held through the evaluation that follows
+    with batches.running(1):  # the next epoch builds it again
+        again = next(iter(batches.epoch(1)))
+    assert len(first) == len(again) == 4
+
+
 def test_a_kgat_step_reads_the_attention_of_the_edges_it_propagates_over(dataset, ckg, three):
     model = make_model("kgat", dataset, bits=2)
     *_, graph = first_step(model, three, ckg)
