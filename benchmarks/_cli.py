@@ -1,4 +1,4 @@
-"""Command-line pieces shared by the training benchmarks (bench_memory, bench_accuracy)."""
+"""Command-line pieces shared by the training benchmarks (bench_memory, bench_accuracy, ...)."""
 
 from __future__ import annotations
 
@@ -33,3 +33,12 @@ def add_device_options(parser: argparse.ArgumentParser) -> None:
         type=int,
         help="torch CPU threads (default: torch's); on a shared machine 1 avoids OpenMP barrier waits",
     )
+
+
+def missing_cuda(device: str) -> str | None:
+    """The one-line error for `--device cuda` where torch sees no GPU, else None."""
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        return "--device cuda needs a CUDA GPU, and torch sees none here; use --device cpu"
+    return None

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
-from benchmarks._cli import comma_list
+from benchmarks._cli import comma_list, missing_cuda
 from benchmarks._datasets import DatasetUnavailable, resolve_dataset
 from benchmarks._report import (
     REPO_ROOT,
@@ -314,12 +314,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
 def device_title(device: str) -> str:
     """How the section's title names the device: CPU, or the GPU's own name."""
     if device == "cpu":
@@ -340,9 +334,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.rounds < 1
         else f"--warmup needs to be at least 0 (got {args.warmup})"
         if args.warmup < 0
-        else "--device cuda needs a CUDA GPU, and torch sees none here; use --device cpu"
-        if args.device == "cuda" and not cuda_available()
-        else None
+        else missing_cuda(args.device)
     )
     if problem:
         print(problem, file=sys.stderr)

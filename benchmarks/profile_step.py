@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks._cli import missing_cuda
 from benchmarks._datasets import DatasetUnavailable, resolve_dataset
 from benchmarks.bench_memory import OneBatch, open_step_session
 from tinykg_train.compression_defaults import BITS
@@ -106,12 +107,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        print("--device cuda needs a CUDA GPU, and torch sees none here; use --device cpu",
-              file=sys.stderr)  # fmt: skip
-        return 2
-    if min(args.steps, args.rows, args.threads) < 1:
-        print("--steps, --rows and --threads need to be at least 1", file=sys.stderr)
+    problem = missing_cuda(args.device) or (
+        "--steps, --rows and --threads need to be at least 1"
+        if min(args.steps, args.rows, args.threads) < 1
+        else None
+    )
+    if problem:
+        print(problem, file=sys.stderr)
         return 2
     try:
         _, data = resolve_dataset(args.dataset)
