@@ -186,22 +186,24 @@ def report(
     sizes = [i["size"] for i in ingests]
     best = largest_fitting(results, sizes, modes)
     limit_text = settings["memory_limit_text"]
+    per_step = (
+        "seconds per CF step (the epoch's seconds, KGAT's KG steps and attention refresh included, "
+        "over its CF steps) / fits"
+    )
     held = (
         f"Each child's device memory is held to {limit_text}: it trains unconstrained, and a run "
         "fits when its `torch.cuda.max_memory_allocated` over the whole run (metrics.json's "
         "`cuda_max_memory_allocated`: tables, Adam state, graph, activations, temporaries and the "
-        "rankings) is within the limit. Cells: that device peak / seconds per CF step (the epoch's "
-        "seconds, KGAT's KG steps and attention refresh included, over its CF steps) / fits; the "
-        "process's peak RSS (host memory) is in the detail table."
+        f"rankings) is within the limit. Cells: that device peak / {per_step}; the process's peak "
+        "RSS (host memory) is in the detail table."
         if settings.get("device") == "cuda"
         else f"Each child's resident set is held to {limit_text}: a "
         "watchdog reads its resident high-water mark (`VmHWM`, which counts the child from its exec, "
         "not the forked copy of this process it began as) every 50 ms and kills the child once it "
         "passes the limit, so a run fits when its peak RSS is within the limit, as under a cgroup's "
         "memory limit (address space reserved but never touched does not count); a child over the "
-        "limit or failing to allocate is *does not fit*. Cells: "
-        "the child's peak RSS (`VmHWM`) / seconds per CF step (the epoch's "
-        "seconds, KGAT's KG steps and attention refresh included, over its CF steps) / fits."
+        f"limit or failing to allocate is *does not fit*. Cells: the child's peak RSS (`VmHWM`) / "
+        f"{per_step}."
     )
     stopped = (
         f" Stopped by `--budget-s {settings['budget_s']}`: a cell marked `-` did not run."
