@@ -194,18 +194,20 @@ def train(mode: str, data: Path, out: Path, args: argparse.Namespace, n_train: i
 clock = time.monotonic  # --budget-s reads it (a test steps it)
 
 
-def run(args: argparse.Namespace, work: Path) -> tuple[list[dict], list[dict], list[dict]]:
+def run(args: argparse.Namespace, work: Path) -> tuple[list[dict], list[dict], list[dict], bool]:
     """Every size in turn: generate, ingest, then the modes in turn (the order reversed at every other
     size); a mode that did not fit is not tried at larger sizes. At the last size, with
-    `--train-epochs`, a full training of each mode that fit there (`train_to_recall`)."""
+    `--train-epochs`, a full training of each mode that fit there (`train_to_recall`). The last
+    value says whether `--budget-s` stopped it."""
     from tqdm import tqdm
 
     ingests, results, trainings, over = [], [], [], set()
-    started = clock()
+    started, stopped = clock(), False
 
     def out_of_time() -> bool:
-        args.stopped_by_budget = bool(args.budget_s) and clock() - started > args.budget_s
-        return args.stopped_by_budget
+        nonlocal stopped
+        stopped = bool(args.budget_s) and clock() - started > args.budget_s
+        return stopped
 
     progress = tqdm(total=len(args.sizes) * (1 + len(args.modes)), desc="scale", disable=None)
     for index, preset in enumerate(args.sizes):
@@ -244,7 +246,7 @@ def run(args: argparse.Namespace, work: Path) -> tuple[list[dict], list[dict], l
                 progress.write(f"{preset.name} {mode} trained: {trainings[-1]}")
         shutil.rmtree(data)
     progress.close()
-    return ingests, results, trainings
+    return ingests, results, trainings, stopped
 
 
 def train_to_recall(mode: str, data: Path, work: Path, args: argparse.Namespace) -> dict:
@@ -342,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench_scale_") as tmp:
         work = args.work_dir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        ingests, results, trainings = run(args, work)
+        ingests, results, trainings, stopped = run(args, work)
     section = section_name("scale", args.device)
     figure = None
     if figures is not None:
@@ -353,7 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "train_epochs": args.train_epochs, "train_max_batches": args.train_max_batches,
                 "eval_users": args.eval_users, "device": args.device,
                 "budget_s": f"{args.budget_s:g}",
-                "stopped_by_budget": getattr(args, "stopped_by_budget", False),
+                "stopped_by_budget": stopped,
                 "memory_limit": args.memory_limit, "memory_limit_text": args.memory_limit_text}  # fmt: skip
     body = report(results, ingests, args.modes, settings, figure, trainings)
     print(body)

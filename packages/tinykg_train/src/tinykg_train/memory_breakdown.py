@@ -122,6 +122,18 @@ def held_parts(session) -> dict[str, int]:
     return parts
 
 
+def cuda_context(window: AllocationWindow, held: dict[str, int]) -> dict[str, int]:
+    """On CUDA, a measured row's `other` (what else was allocated before the window: the batch,
+    cached blocks in use) and `cuda_peak_before_bytes` (the peak the window's reset replaced); on the
+    CPU nothing."""
+    context = {}
+    if window.start_bytes is not None:
+        context["other"] = int(window.start_bytes - sum(held.values()))
+    if window.earlier_peak_bytes is not None:
+        context["cuda_peak_before_bytes"] = int(window.earlier_peak_bytes)
+    return context
+
+
 class StepProbe:
     """Measures one optimizer step of a phase; see the module docstring.
 
@@ -170,12 +182,9 @@ class StepProbe:
         parts = {**self.held, "gradients": gradients, "activations": activations}
         parts["temporaries"] = window.peak_bytes - gradients - activations
         row: dict[str, Any] = {name: int(parts[name]) for name in STEP_PARTS}
-        if window.start_bytes is not None:  # CUDA: what else was allocated before the step
-            row["other"] = int(window.start_bytes - sum(self.held.values()))
+        row.update(cuda_context(window, self.held))
         row["peak"] = int(sum(row[name] for name in (*STEP_PARTS, "other") if name in row))
         row.update(epoch=self.epoch, step=self.step, optimizer_state_made_in_step=int(created))
-        if window.earlier_peak_bytes is not None:
-            row["cuda_peak_before_bytes"] = window.earlier_peak_bytes
         session.state.memory_breakdown[self.phase] = row
         return row
 
@@ -234,13 +243,9 @@ def epoch_start_measured(session, epoch: int) -> None:
     if window.peak_bytes <= 0:
         return
     row: dict[str, Any] = {name: int(held[name]) for name in HELD_PARTS}
-    if window.start_bytes is not None:  # CUDA: what else was allocated before the hook
-        row["other"] = int(window.start_bytes - sum(held.values()))
-    row["work"] = int(window.peak_bytes)
+    row.update(cuda_context(window, held), work=int(window.peak_bytes))
     row["peak"] = int(sum(row[name] for name in (*HELD_PARTS, "other", "work") if name in row))
     row["epoch"] = epoch
-    if window.earlier_peak_bytes is not None:
-        row["cuda_peak_before_bytes"] = window.earlier_peak_bytes
     breakdown[EPOCH_START] = row
 
 
