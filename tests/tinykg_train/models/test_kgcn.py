@@ -23,7 +23,7 @@ def tree_scores(model: KGCN, users: torch.Tensor) -> torch.Tensor:
     pair_users = users.repeat_interleave(n_items)
     items = torch.arange(n_items).repeat(len(users))
     user_vectors = model.user_embedding[pair_users]
-    vectors = model.item_vectors(user_vectors, items)
+    vectors = model.item_vectors(model.relation_scores(user_vectors), items)
     return (user_vectors * vectors).sum(-1).view(len(users), n_items)
 
 

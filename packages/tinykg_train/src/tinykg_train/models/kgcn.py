@@ -102,25 +102,27 @@ class KGCN(Recommender):
             entities.append(self.neighbors[entities[-1]].reshape(batch, -1))
         return entities, relations
 
-    def item_vectors(self, user_vectors: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
-        """Item vectors `[B, dim]` specific to the user of each pair (user_vectors[j], items[j])."""
+    def item_vectors(self, scores: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+        """Item vectors `[B, dim]` specific to the user of each pair: `scores[j]` are the
+        `relation_scores` of pair j's user, `items[j]` its item."""
         entities, relations = self.tree_from_table(items)
         return self.aggregate_tree(
-            user_vectors,
+            scores,
             entities,
             relations,
             (self.n_neighbors,) * self.n_hops,
             lambda e: ops.embedding(self.entity_embedding, e, config=self.compression),
         )
 
-    def aggregate_tree(self, user_vectors, entities, relations, fanouts, entity_rows):
+    def aggregate_tree(self, scores, entities, relations, fanouts, entity_rows):
         """The sum aggregator's rounds over trees (`tree_from_table`'s layout, `fanouts[h]`
-        children per depth-h node); `entity_rows(ids)` gives the entity vectors `ids.shape + (dim,)`."""
-        scores = self.relation_scores(user_vectors)
-        batch = user_vectors.shape[0]
+        children per depth-h node) with each tree's user's `relation_scores`; `entity_rows(ids)`
+        gives the entity vectors `ids.shape + (dim,)`."""
+        batch = scores.shape[0]
+        gathered = (ops.gather(scores, 1, relation, config=self.compression) for relation in relations)
         weights = [
-            torch.softmax(scores.gather(1, relation).view(batch, -1, k), dim=-1)
-            for relation, k in zip(relations, fanouts, strict=True)
+            torch.softmax(relation_scores.view(batch, -1, k), dim=-1)
+            for relation_scores, k in zip(gathered, fanouts, strict=True)
         ]
         vectors = [entity_rows(e) for e in entities]
         for round_index in range(self.n_hops):
@@ -137,7 +139,10 @@ class KGCN(Recommender):
     def loss(self, users: torch.Tensor, pos_items: torch.Tensor, neg_items: torch.Tensor):
         config = self.compression
         user_vectors = ops.embedding(self.user_embedding, users, config=config)
-        items = self.item_vectors(user_vectors.repeat(2, 1), torch.cat([pos_items, neg_items]))
+        # scored once per user, then repeated for the negatives: the linear saves the table rows
+        # (their indices), not a quantized copy of repeated rows
+        scores = self.relation_scores(user_vectors).repeat(2, 1)
+        items = self.item_vectors(scores, torch.cat([pos_items, neg_items]))
         pos, neg = items.chunk(2)
         loss = bpr_loss(user_vectors, pos, neg, config=config)
         if self.l2 > 0:
@@ -167,7 +172,11 @@ class KGCN(Recommender):
 
         user_vectors = rows("user_embedding", users)
         items = self.aggregate_tree(
-            user_vectors.repeat(2, 1), field.entities, field.relations, field.fanouts, entity_rows
+            self.relation_scores(user_vectors).repeat(2, 1),
+            field.entities,
+            field.relations,
+            field.fanouts,
+            entity_rows,
         )
         pos, neg = items.chunk(2)
         loss = bpr_loss(user_vectors, pos, neg, config=self.compression)

@@ -1,7 +1,7 @@
 """Autograd ops with an exact forward that save compressed activations for backward.
 
 Every op takes `config=` (a `CompressionConfig`). With `config.bits == 32` the elementwise ops,
-`linear`, `embedding`, `l2_normalize`, `squared_distance`, `translation_scores`, `recomputed` and
+`linear`, `embedding`, `gather`, `l2_normalize`, `squared_distance`, `translation_scores`, `recomputed` and
 `bi_interaction` (KGAT's aggregator, fused so that it saves only its two factors) are the plain
 torch ops; `spmm` and `edge_softmax` (which torch lacks) and `grouped_linear` (whose plain autograd
 would be slow) are Functions that save the minimum their gradients need, uncompressed;
@@ -13,6 +13,7 @@ from tinykg_train.compress.ops.bi_interaction import bi_interaction
 from tinykg_train.compress.ops.distance import squared_distance, translation_scores
 from tinykg_train.compress.ops.elementwise import mul
 from tinykg_train.compress.ops.embedding import embedding
+from tinykg_train.compress.ops.gather import gather
 from tinykg_train.compress.ops.grouped_linear import grouped_linear
 from tinykg_train.compress.ops.linear import linear
 from tinykg_train.compress.ops.message_passing import spmm
@@ -25,6 +26,7 @@ __all__ = [
     "dropout",
     "edge_softmax",
     "embedding",
+    "gather",
     "grouped_linear",
     "l2_normalize",
     "leaky_relu",
