@@ -140,3 +140,35 @@ def test_all_zero_rows_in_a_shared_group_decode_as_exact_zeros():
     wide = torch.randn(10, 64)
     wide[3] = 0
     assert compress(wide, CompressionConfig(bits=2)).live_rows is None  # one group per row
+
+
+def test_a_linear_input_without_projection_shares_the_copy_other_ops_store():
+    x = torch.randn(100, 64)
+    with ActivationMeter():
+        stored = compress(x, CompressionConfig(bits=2))
+        assert compress(x, CompressionConfig(bits=2), project=True) is stored  # nothing projected
+        wide = compress(x, CompressionConfig(bits=2).for_normalized())
+        y = x * 2
+        assert compress(y, CompressionConfig(bits=2).for_normalized()) is not wide
+        assert compress(y, CompressionConfig(bits=2), project=True).quantized.bits == 4
+        projecting = CompressionConfig(bits=2, projection_ratio=4)
+        projected = compress(x, projecting, project=True)
+        assert projected.projection is not None and projected is not compress(x, projecting)
+
+
+def test_a_contiguous_view_of_stored_values_reads_the_same_codes_in_its_shape():
+    weights = torch.rand(256, 8)  # 8 columns: blocks of whole rows, as for its unsqueezed view
+    config = CompressionConfig(bits=2)
+    with ActivationMeter():
+        stored = compress(weights, config)
+        view = compress(weights.unsqueeze(-1), config)
+        assert view.quantized.codes is stored.quantized.codes
+        assert torch.equal(decompress(view), decompress(stored).unsqueeze(-1))
+        wide = torch.rand(16, 128)  # rows of 128: one group per row, but blocks once flattened
+        rows = compress(wide, config)
+        flat = compress(wide.view(-1), config)
+        assert flat.quantized.codes is not rows.quantized.codes
+        assert flat.quantized.layout.group_len != rows.quantized.layout.group_len
+        strided = compress(weights.t(), config)  # not contiguous: its own copy
+        assert strided.quantized.codes is not stored.quantized.codes
+    assert compress(weights.unsqueeze(-1), config).quantized.codes is not stored.quantized.codes

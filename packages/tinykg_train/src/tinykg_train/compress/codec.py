@@ -18,6 +18,7 @@ import torch
 
 from tinykg_kernels import QuantizedTensor, dequantize, live_rows, quantize, unproject
 from tinykg_kernels import project as random_projection
+from tinykg_kernels.packing import GroupLayout
 from tinykg_train.compress import stack
 from tinykg_train.compress.adaptive import sites
 from tinykg_train.compress.config import CompressionConfig
@@ -67,6 +68,20 @@ class Compressed:
         if self.live_rows is not None:
             values = values.mul_(self.live_rows.decode(values.dtype))
         return values
+
+    def reshaped(self, shape: torch.Size, config: CompressionConfig) -> Compressed | None:
+        """The same codes read as `shape` (the same number of elements): None when the groups
+        `config` gives that shape at these bits differ, or a projection or mask (whose layout
+        follows the shape) is kept."""
+        if self.projection is not None or self.positive is not None or self.live_rows is not None:
+            return None
+        q = self.quantized
+        group = config.at_width(q.bits).group_for(tuple(shape))
+        if GroupLayout.for_shape(tuple(shape), group, q.bits) != q.layout:
+            return None
+        return Compressed(
+            QuantizedTensor(q.codes, q.scale, q.zero, shape, q.dtype, q.bits, group, q.scheme)
+        )
 
     @property
     def nbytes(self) -> int:
@@ -150,11 +165,9 @@ def _compress(
 ) -> Compressed:
     projection = None
     values = tensor.detach()
-    if project and config.projection_ratio is not None and values.dim() >= 1:
-        dim = values.shape[-1]
-        if math.ceil(dim / config.projection_ratio) < dim:
-            projection = Projection(dim, _random_seed())
-            values = random_projection(values, config.projection_ratio, projection.seed)
+    if project and _projected_dim(values, config) is not None:
+        projection = Projection(values.shape[-1], _random_seed())
+        values = random_projection(values, config.projection_ratio, projection.seed)
     quantized = quantize(
         values,
         bits=config.bits,
@@ -229,13 +242,46 @@ def compress(
     rows = gathered_rows(tensor)
     if rows is not None:  # rows of a parameter: their indices rebuild them exactly
         return rows
+    # a projection that would keep every column is none: such a linear input shares the kind (and
+    # the stored copy) of the same tensor saved by any other op
+    project = project and _projected_dim(tensor, config) is not None
+    kind = _kind(config, project, exact_positives)
+
+    def make(t: torch.Tensor) -> torch.Tensor | Compressed:
+        twin = _view_twin(kind, t, config)
+        if twin is not None:
+            return twin
+        stored = _compress_planned(t, config, project, exact_positives)
+        if isinstance(stored, Compressed) and t.is_contiguous():
+            stack.cached(("view", kind), t.view(-1), lambda _: stored)
+        return stored
+
     return stack.cached(
-        _kind(config, project, exact_positives),
+        kind,
         tensor,
-        lambda t: _compress_planned(t, config, project, exact_positives),
+        make,
         # e.g. an L2-normalized output stored at 4 bits, then saved as a layer's input at 2
         also=[_kind(wider, project, exact_positives) for wider in _wider_configs(config)],
     )
+
+
+def _projected_dim(tensor: torch.Tensor, config: CompressionConfig) -> int | None:
+    """The columns `config`'s random projection keeps of a linear input, or None when it would
+    keep them all (no projection configured, or too few columns)."""
+    if config.projection_ratio is None or tensor.dim() < 1:
+        return None
+    kept = math.ceil(tensor.shape[-1] / config.projection_ratio)
+    return kept if kept < tensor.shape[-1] else None
+
+
+def _view_twin(kind: tuple, tensor: torch.Tensor, config: CompressionConfig) -> Compressed | None:
+    """The codes of a contiguous view of the same values in another shape, stored under `kind` in
+    this scope, read in this tensor's shape (KGCN's softmax weights, saved again by the product as
+    `weights.unsqueeze(-1)`); None when there is none or its groups fall differently here."""
+    if not tensor.is_contiguous():
+        return None
+    twin = stack.lookup(("view", kind), tensor.view(-1))  # one key for every contiguous view
+    return None if twin is None else twin.reshaped(tensor.shape, config)
 
 
 def _kind(config: CompressionConfig, project: bool, exact_positives: bool) -> tuple:
