@@ -32,6 +32,7 @@ using tinykg::not_equal;
 using tinykg::select;
 using tinykg::store;
 using tinykg::vb16;
+using tinykg::vbn;
 using tinykg::vfn;
 using tinykg::vin;
 using tinykg::vun;
@@ -253,24 +254,86 @@ inline vi16 is_finite(vf16 v) {
   return not_equal(reinterpret_cast<vi16>(v) & 0x7F800000, 0x7F800000);
 }
 
-// One group's codes, packed, from its zero and 1 / scale. A last part shorter than 16 elements
-// (still whole bytes) goes through the same lanes from a zero-padded copy.
+// The low byte of each of kNativeLanes int32 lanes, in order: one byte shuffle (a conversion to
+// a byte vector compiles to one extract per lane). Chosen by the same test as kNativeLanes.
+inline vbn low_bytes(vin v) {
+  typedef uint8_t vbytes __attribute__((vector_size(kNativeLanes * 4)));
+  const vbytes b = reinterpret_cast<vbytes>(v);
+#if defined(__AVX512F__)
+  return __builtin_shufflevector(b, b, 0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60);
+#elif defined(__AVX__)
+  return __builtin_shufflevector(b, b, 0, 4, 8, 12, 16, 20, 24, 28);
+#else
+  return __builtin_shufflevector(b, b, 0, 4, 8, 12);
+#endif
+}
+
+// kNativeLanes codes (int32 lanes < 2**BITS) packed into kNativeLanes * BITS / 8 bytes at `out`,
+// in registers: the codes narrowed to bytes and read as 64-bit words; in each word, the codes of
+// one packed byte (8 / BITS bytes, code k at bit 8k) are shifted together into its low bits (code k
+// to bit BITS * k). The 16-lane `pack16` went through the stack and packed the lanes one by one.
+template <int BITS>
+inline void pack_native(vin codes, uint8_t* out) {
+  static_assert(kNativeLanes * BITS % 8 == 0, "whole bytes per native vector");
+  const vbn bytes = low_bytes(codes);
+  if constexpr (BITS == 8) {
+    store(out, bytes);
+  } else {
+    constexpr int kChunk = kNativeLanes < 8 ? kNativeLanes : 8;  // bytes per word read
+    constexpr int kPerByte = 8 / BITS;                           // codes (bytes) per packed byte
+    for (int c = 0; c < kNativeLanes; c += kChunk) {
+      uint64_t word = 0;
+      std::memcpy(&word, reinterpret_cast<const uint8_t*>(&bytes) + c, kChunk);
+      uint64_t merged = word;
+      for (int k = 1; k < kPerByte; ++k) merged |= word >> (k * (8 - BITS));
+      for (int b = 0; b < kChunk / kPerByte; ++b) {
+        out[c / kPerByte + b] = static_cast<uint8_t>(merged >> (8 * kPerByte * b));
+      }
+    }
+  }
+}
+
+// One group's codes, packed, from its zero and 1 / scale. Where a vector of the CPU's width holds
+// whole bytes of codes (always but at 1 bit with 4 lanes) they are packed a vector at a time, else
+// 16 lanes at a time; a last part shorter than that goes through the same lanes from a zero-padded
+// copy.
 template <int BITS, bool NORMAL, bool STOCHASTIC>
 void encode_group(const float* row, int64_t group_len, uint32_t first, float zero, float inverse,
                   const NormalTable& table, uint32_t k0, uint32_t k1, uint8_t* out) {
   constexpr float kTop = (1 << BITS) - 1;
-  const auto codes = [&](const float* x, int64_t j) {
-    return encode16<NORMAL, STOCHASTIC>(x, first + j, zero, inverse, kTop, table, k0, k1);
-  };
-  int64_t j = 0;
-  for (; j + kLanes <= group_len; j += kLanes) pack16<BITS>(codes(row + j, j), out + j * BITS / 8);
-  if (j < group_len) {
-    const int64_t n = group_len - j;
-    float part[kLanes] = {};
-    uint8_t bytes[2 * BITS];
-    std::memcpy(part, row + j, n * sizeof(float));
-    pack16<BITS>(codes(part, j), bytes);
-    std::memcpy(out + j * BITS / 8, bytes, n * BITS / 8);
+  if constexpr (kNativeLanes * BITS % 8 == 0) {
+    const auto codes = [&](const float* x, int64_t j) {
+      return encode_part<NORMAL, STOCHASTIC>(load<vfn>(x), first + static_cast<uint32_t>(j), zero,
+                                             inverse, kTop, table, k0, k1);
+    };
+    int64_t j = 0;
+    for (; j + kNativeLanes <= group_len; j += kNativeLanes) {
+      pack_native<BITS>(codes(row + j, j), out + j * BITS / 8);
+    }
+    if (j < group_len) {
+      const int64_t n = group_len - j;
+      float part[kNativeLanes] = {};
+      uint8_t bytes[kNativeLanes * BITS / 8];
+      std::memcpy(part, row + j, n * sizeof(float));
+      pack_native<BITS>(codes(part, j), bytes);
+      std::memcpy(out + j * BITS / 8, bytes, n * BITS / 8);
+    }
+  } else {
+    const auto codes = [&](const float* x, int64_t j) {
+      return encode16<NORMAL, STOCHASTIC>(x, first + j, zero, inverse, kTop, table, k0, k1);
+    };
+    int64_t j = 0;
+    for (; j + kLanes <= group_len; j += kLanes) {
+      pack16<BITS>(codes(row + j, j), out + j * BITS / 8);
+    }
+    if (j < group_len) {
+      const int64_t n = group_len - j;
+      float part[kLanes] = {};
+      uint8_t bytes[2 * BITS];
+      std::memcpy(part, row + j, n * sizeof(float));
+      pack16<BITS>(codes(part, j), bytes);
+      std::memcpy(out + j * BITS / 8, bytes, n * BITS / 8);
+    }
   }
 }
 
