@@ -53,6 +53,10 @@ CASES = [  # bits, scheme, input dtype, parameter dtype, group_size, shape
     (4, "uniform", torch.float32, torch.bfloat16, None, (50, 176)),
     (2, "normal", torch.float32, torch.bfloat16, None, (40, 40)),
     (1, "uniform", torch.float32, torch.bfloat16, None, (30, 24)),
+    # vectors of the CPU's width (8 lanes with AVX2) and a last part shorter than one
+    (4, "uniform", torch.float32, torch.bfloat16, None, (9, 12)),
+    (2, "uniform", torch.float32, torch.bfloat16, None, (6, 36)),
+    (2, "normal", torch.float32, torch.bfloat16, None, (11, 20)),
 ]
 
 

@@ -387,6 +387,46 @@ void quantize_groups(const float* x, int64_t n_groups, int64_t group_len, const 
   }
 }
 
+// One group's values from its packed codes, kNativeLanes at a time where their codes fit one
+// 32-bit word (always at 1, 2 and 4 bits with 8 lanes): the word broadcast to every lane, each lane
+// shifted to its code (a variable shift per lane), then the same float steps as `unpack16`'s lanes
+// (which 1 bit on a CPU of 4 lanes still takes).
+// A last part shorter than a vector goes through the same lanes from a zero-padded copy.
+template <int BITS, bool NORMAL>
+void dequantize_row(const uint8_t* in, int64_t group_len, float zero, float scale,
+                    const float* levels, float* values) {
+  static_assert(kNativeLanes * BITS <= 32 && kNativeLanes * BITS % 8 == 0,
+                "a vector's codes in whole bytes of one 32-bit word");
+  constexpr int kBytes = kNativeLanes * BITS / 8;
+  vun shifts;
+  for (int i = 0; i < kNativeLanes; ++i) shifts[i] = i * BITS;
+  const auto decoded = [&](const uint8_t* bytes) {
+    uint32_t word = 0;
+    std::memcpy(&word, bytes, kBytes);
+    const vin code = reinterpret_cast<vin>(((vun{} + word) >> shifts) & ((1u << BITS) - 1));
+    vfn level;
+    if constexpr (NORMAL) {  // selects rather than a gather: they vectorize
+      level = code < 2 ? (code == 0 ? vfn{} + levels[0] : vfn{} + levels[1])
+                       : (code == 2 ? vfn{} + levels[2] : vfn{} + levels[3]);
+    } else {
+      level = __builtin_convertvector(code, vfn);
+    }
+    return level * scale + zero;
+  };
+  int64_t j = 0;
+  for (; j + kNativeLanes <= group_len; j += kNativeLanes) {
+    store(values + j, decoded(in + j * BITS / 8));
+  }
+  if (j < group_len) {
+    const int64_t n = group_len - j;
+    uint8_t bytes[kBytes] = {};
+    float part[kNativeLanes];
+    std::memcpy(bytes, in + j * BITS / 8, n * BITS / 8);
+    store(part, decoded(bytes));
+    std::memcpy(values + j, part, n * sizeof(float));
+  }
+}
+
 template <int BITS, bool NORMAL>
 void dequantize_groups(const uint8_t* packed, const uint16_t* zero_bits,
                        const uint16_t* scale_bits, int64_t n_groups, int64_t group_len,
@@ -399,6 +439,10 @@ void dequantize_groups(const uint8_t* packed, const uint16_t* zero_bits,
     float* values = out + g * group_len;
     if constexpr (BITS == 8 && !NORMAL) {  // a plain loop: GCC vectorizes it better than lanes
       for (int64_t j = 0; j < group_len; ++j) values[j] = static_cast<float>(in[j]) * scale + zero;
+      continue;
+    }
+    if constexpr (kNativeLanes * BITS <= 32 && kNativeLanes * BITS % 8 == 0) {
+      dequantize_row<BITS, NORMAL>(in, group_len, zero, scale, levels, values);
       continue;
     }
     const auto decoded = [&](const uint8_t* bytes) {
