@@ -4,8 +4,8 @@ LeakyReLU pair and dropout (`planes.cpp`, `plane_passes`) and a CSR sparse-dense
 (`spmm.cpp`, `sparse`).
 
 Inductor's fused quantize loop (`cpu_ops`, backend `cpu-inductor`) pays for its generality
-(vector-mask selects, a scalar packing loop): the same IEEE steps as plain loops quantize 1.9x
-faster at INT2, and a CSR product that keeps each output row in registers runs 3.0x torch's on one
+(vector-mask selects, a scalar packing loop): the same IEEE steps as plain loops quantize 2.4x
+faster at INT2, and a CSR product that keeps each output row in registers runs 2.3x torch's on one
 core
 (`benchmarks.bench_kernels`, section kernels-cpu).
 This package compiles the sources once per machine (the C++ compiler inductor needs anyway: `$CXX`,
