@@ -293,10 +293,26 @@ inline void pack_native(vin codes, uint8_t* out) {
   }
 }
 
-// One group's codes, packed, from its zero and 1 / scale. Where a vector of the CPU's width holds
-// whole bytes of codes (always but at 1 bit with 4 lanes) they are packed a vector at a time, else
-// 16 lanes at a time; a last part shorter than that goes through the same lanes from a zero-padded
-// copy.
+// A group's codes LANES at a time: `pack(codes(x, j), out)` for the LANES elements at `x` (flat
+// index j in the group); a last part shorter than LANES (still whole bytes) goes through the same
+// lanes from a zero-padded copy.
+template <int LANES, int BITS, typename Codes, typename Pack>
+inline void encode_in_parts(const float* row, int64_t group_len, uint8_t* out, Codes codes,
+                            Pack pack) {
+  int64_t j = 0;
+  for (; j + LANES <= group_len; j += LANES) pack(codes(row + j, j), out + j * BITS / 8);
+  if (j < group_len) {
+    const int64_t n = group_len - j;
+    float part[LANES] = {};
+    uint8_t bytes[LANES * BITS / 8];
+    std::memcpy(part, row + j, n * sizeof(float));
+    pack(codes(part, j), bytes);
+    std::memcpy(out + j * BITS / 8, bytes, n * BITS / 8);
+  }
+}
+
+// One group's codes, packed, from its zero and 1 / scale: a vector of the CPU's width at a time
+// where it holds whole bytes of codes (always but at 1 bit with 4 lanes), else 16 lanes at a time.
 template <int BITS, bool NORMAL, bool STOCHASTIC>
 void encode_group(const float* row, int64_t group_len, uint32_t first, float zero, float inverse,
                   const NormalTable& table, uint32_t k0, uint32_t k1, uint8_t* out) {
@@ -306,34 +322,14 @@ void encode_group(const float* row, int64_t group_len, uint32_t first, float zer
       return encode_part<NORMAL, STOCHASTIC>(load<vfn>(x), first + static_cast<uint32_t>(j), zero,
                                              inverse, kTop, table, k0, k1);
     };
-    int64_t j = 0;
-    for (; j + kNativeLanes <= group_len; j += kNativeLanes) {
-      pack_native<BITS>(codes(row + j, j), out + j * BITS / 8);
-    }
-    if (j < group_len) {
-      const int64_t n = group_len - j;
-      float part[kNativeLanes] = {};
-      uint8_t bytes[kNativeLanes * BITS / 8];
-      std::memcpy(part, row + j, n * sizeof(float));
-      pack_native<BITS>(codes(part, j), bytes);
-      std::memcpy(out + j * BITS / 8, bytes, n * BITS / 8);
-    }
+    encode_in_parts<kNativeLanes, BITS>(row, group_len, out, codes,
+                                        [](vin c, uint8_t* o) { pack_native<BITS>(c, o); });
   } else {
     const auto codes = [&](const float* x, int64_t j) {
       return encode16<NORMAL, STOCHASTIC>(x, first + j, zero, inverse, kTop, table, k0, k1);
     };
-    int64_t j = 0;
-    for (; j + kLanes <= group_len; j += kLanes) {
-      pack16<BITS>(codes(row + j, j), out + j * BITS / 8);
-    }
-    if (j < group_len) {
-      const int64_t n = group_len - j;
-      float part[kLanes] = {};
-      uint8_t bytes[2 * BITS];
-      std::memcpy(part, row + j, n * sizeof(float));
-      pack16<BITS>(codes(part, j), bytes);
-      std::memcpy(out + j * BITS / 8, bytes, n * BITS / 8);
-    }
+    encode_in_parts<kLanes, BITS>(row, group_len, out, codes,
+                                  [](vi16 c, uint8_t* o) { pack16<BITS>(c, o); });
   }
 }
 
