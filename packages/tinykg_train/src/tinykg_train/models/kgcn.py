@@ -119,7 +119,9 @@ class KGCN(Recommender):
         children per depth-h node) with each tree's user's `relation_scores`; `entity_rows(ids)`
         gives the entity vectors `ids.shape + (dim,)`."""
         batch = scores.shape[0]
-        gathered = (ops.gather(scores, 1, relation, config=self.compression) for relation in relations)
+        gathered = (
+            ops.gather(scores, 1, relation, config=self.compression) for relation in relations
+        )
         weights = [
             torch.softmax(relation_scores.view(batch, -1, k), dim=-1)
             for relation_scores, k in zip(gathered, fanouts, strict=True)
