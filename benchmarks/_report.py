@@ -36,6 +36,7 @@ BENCHMARKS = (
     "epoch-time",
     "distributed",
     "sampled-training",
+    "offload",  # bench_offload: tables in host memory against on the device
     "scale",
 )
 DEVICES = ("cpu", "cuda")
