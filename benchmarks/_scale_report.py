@@ -98,6 +98,15 @@ def largest_fitting(
     return best
 
 
+def largest_text(mode: str, best: str | None, results: list[dict], sizes: list[str]) -> str:
+    """`best` in bold, and the larger sizes `--budget-s` kept `mode` from (it may fit them too)."""
+    tried = {r["size"] for r in results if r["mode"] == mode}
+    start = 0 if best is None else sizes.index(best) + 1
+    untried = [size for size in sizes[start:] if size not in tried]
+    said = f"**{best or 'none'}**"
+    return f"{said} ({', '.join(untried)} not run)" if untried else said
+
+
 def results_table(results: list[dict], sizes: list[str], modes: list[str]) -> str:
     """Rows: sizes; columns: modes; cells: `cell_text`."""
     by_key = {(r["size"], r["mode"]): r for r in results}
@@ -222,7 +231,7 @@ def report(
         f"the modes taking turns at each size. {held}{stopped}",
         results_table(results, sizes, modes),
         "Largest size trained within the limit: "
-        + ", ".join(f"{mode} **{best[mode] or 'none'}**" for mode in modes)
+        + ", ".join(f"{mode} {largest_text(mode, best[mode], results, sizes)}" for mode in modes)
         + ".",
         "Per run that fit (metrics.json: `activation_bytes`; the CF step's and the valid ranking's "
         "`memory_breakdown` peaks, torch tensors only, and the CF step's parts):",

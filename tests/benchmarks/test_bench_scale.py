@@ -4,6 +4,7 @@ one that fails otherwise, and a tiny run of two modes reports both without touch
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 import time
@@ -117,6 +118,8 @@ def test_on_cuda_the_cells_show_the_device_peak_and_the_text_says_so():
     assert "device memory is held to 80GB" in body and "resident set is held" not in body
     assert "Stopped by `--budget-s 300`: a cell marked `-` did not run." in body
     assert "| 1m | 512 MiB / 0.50 s / fits | - |" in body
+    # the budget kept int2-sampled from the size: not "does not fit", and said so
+    assert "int2-whole **1m**, int2-sampled **none** (1m not run)." in body
 
 
 def test_a_time_budget_stops_before_the_next_run_and_reports_what_ran(
@@ -211,3 +214,31 @@ def test_training_text_sets_recall_beside_a_random_ranking_or_says_it_was_not_ru
     assert eval_users_text({"eval_users": 0}) == " of every user"
     capped = training_text(trainings, ingests, {"train_epochs": 1, "train_max_batches": 1500})
     assert "1 epoch(s), the first 1,500 CF batches of each," in capped
+
+
+@pytest.mark.parametrize(
+    ("device", "modes", "warmed"),
+    [
+        ("cuda", ["fp32-whole", "int2-sampled", "int2-whole"], ["int2-sampled"]),
+        ("cuda", ["fp32-whole"], []),
+        ("cpu", ["int2-whole"], []),  # no Triton compile to keep out of the figures
+    ],
+)
+def test_on_cuda_the_first_compressed_mode_warms_the_kernels_unreported(
+    device, modes, warmed, tmp_path, monkeypatch
+):
+    calls = []
+    monkeypatch.setattr(
+        bench_scale, "train_child", lambda mode, data, out, args, flags: calls.append((mode, flags))
+    )
+    args = argparse.Namespace(device=device, modes=modes)
+    bench_scale.warm_up_kernels(tmp_path / "data", tmp_path, args)
+    assert [mode for mode, _ in calls] == warmed
+    assert all(flags == ["--epochs", "1", "--max-batches-per-epoch", "1"] for _, flags in calls)
+
+
+def test_fp32_runs_first_at_every_size_and_the_rest_alternate():
+    modes = ["int2-whole", "fp32-whole", "int2-sampled", "int2-offloaded"]
+    assert bench_scale.mode_order(modes, 0) == ["fp32-whole", "int2-whole", "int2-sampled", "int2-offloaded"]
+    assert bench_scale.mode_order(modes, 1) == ["fp32-whole", "int2-offloaded", "int2-sampled", "int2-whole"]
+    assert bench_scale.mode_order(["int2-whole", "int2-sampled"], 1) == ["int2-sampled", "int2-whole"]
