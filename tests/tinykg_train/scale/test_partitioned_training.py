@@ -65,6 +65,25 @@ def test_every_kg_triple_is_trained_by_exactly_one_partition_per_epoch(dataset, 
     np.testing.assert_array_equal(sorted_rows(seen), sorted_rows(dataset.triples_array()))
 
 
+@pytest.mark.parametrize("source", [PartitionCFBatches, PartitionKGBatches])
+def test_negative_samplers_exist_for_one_partition_at_a_time_and_draw_alike(source, three):
+    """Built when a partition's first step comes, dropped for the next and when the epoch ends:
+    their draws are those of samplers built once and kept (what training did before)."""
+    batches = source(three, 64, seed=2)
+    kept = source(three, 64, seed=2)
+    built = {index: kept.negatives.build(index) for index in range(len(three))}
+    kept.negatives.build = built.__getitem__  # every partition's sampler, built once and held
+    held = []
+    for step, same in zip(batches.epoch(0), kept.epoch(0), strict=True):
+        held.append(batches.negatives.current[0])
+        for a, b in zip(step, same, strict=True):
+            assert torch.equal(torch.as_tensor(a), torch.as_tensor(b))
+    assert batches.negatives.current is None  # released with the epoch
+    if source is PartitionCFBatches:  # each step says its partition: the sampler is that one's
+        assert held == [index for index, *_ in batches.epoch(0)]
+    assert len(set(held)) == len(three)
+
+
 def test_a_triple_goes_to_a_partition_holding_both_its_ends_uniformly():
     holds = np.zeros((3, 30000), dtype=bool)
     holds[[0, 2], :10000] = True  # held by parts 0 and 2

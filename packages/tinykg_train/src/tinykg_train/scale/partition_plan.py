@@ -50,7 +50,7 @@ class TrainingPartition:
     """One part as training reads it (numpy; global ids). `nodes`: its CKG node ids (sorted),
     `edges`: CSR positions of the CKG edges among them, `pairs`: its (user, item) interactions,
     `items`: the distinct items of `pairs` (sorted), `triples`: the KG triples its KG phase trains,
-    `known_triples`: every triple it sees (its own and those among its nodes), for the negatives."""
+    `seen_triples`: the triples among its nodes (the plan's; with `triples`, what it knows)."""
 
     index: int
     nodes: np.ndarray
@@ -58,8 +58,15 @@ class TrainingPartition:
     pairs: np.ndarray
     items: np.ndarray
     triples: np.ndarray
-    known_triples: np.ndarray
+    seen_triples: np.ndarray
     n_entities: int
+
+    @property
+    def known_triples(self) -> np.ndarray:
+        """Every triple the partition sees (its own and those among its nodes), sorted and
+        distinct: what its corrupted tails must avoid. Built when asked (for the partition being
+        trained), not held for every partition: at 10M triples + interactions each is ~90 MiB."""
+        return np.unique(np.concatenate([self.seen_triples, self.triples]), axis=0)
 
     def graph(self, ckg: CKG) -> CKG:
         """The partition's graph: `ckg` restricted to the edges among the partition's nodes."""
@@ -130,7 +137,7 @@ def build_partitions(
                 pairs=part.pairs,
                 items=np.unique(part.pairs[:, 1]),
                 triples=own,
-                known_triples=np.unique(np.concatenate([part.triples, own]), axis=0),
+                seen_triples=part.triples,
                 n_entities=ckg.n_entities,
             )
         )
