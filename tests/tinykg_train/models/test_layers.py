@@ -83,3 +83,41 @@ def test_bi_interaction_layer_refuses_a_backward_after_the_attention_changed():
     attention.mul_(2.0)
     with pytest.raises(RuntimeError, match="attention changed between a forward and its backward"):
         out.sum().backward()
+
+
+@pytest.mark.parametrize(
+    ("edges", "block_bytes", "stores"),
+    [
+        (30 * 40, None, True),  # degree 40: the quantized neighbors cost less than a recompute
+        (30 * 10, None, False),  # degree 10: recomputed from the stored ego vectors
+        (30 * 40, 30 * 64 * 4 - 1, False),  # a blocked backward: recomputed a block at a time
+    ],
+)
+def test_a_dense_graph_s_layer_stores_its_neighbors_instead_of_recomputing_them(
+    edges, block_bytes, stores, monkeypatch
+):
+    from tinykg_train.compress import ops
+
+    torch.manual_seed(0)
+    edge_index = torch.stack([torch.arange(edges) % 30, torch.arange(edges) // (edges // 30)])
+    graph = CSRGraph(edge_index, 30)
+    layer = BiInteractionLayer(
+        64, 8, dropout=0.0, negative_slope=0.2, compression=CompressionConfig(bits=2)
+    )
+    layer.block_bytes = block_bytes
+    seen, real = [], ops.bi_interaction
+    monkeypatch.setattr(
+        ops, "bi_interaction", lambda *a, **kw: seen.append(kw["neighbors_of"]) or real(*a, **kw)
+    )
+    attention = torch.rand(graph.num_entries)
+    ego = torch.randn(30, 64, requires_grad=True)
+    out, _ = layer(ego, graph, attention)
+    assert (seen[0] is None) == stores
+    # either way the gradient is the compressed op's: close to the exact one, not equal
+    out.sum().backward()
+    exact_ego = ego.detach().clone().requires_grad_(True)
+    plain = BiInteractionLayer(64, 8, dropout=0.0, negative_slope=0.2, compression=CONFIG)
+    plain.load_state_dict(layer.state_dict())
+    plain(exact_ego, graph, attention)[0].sum().backward()
+    error = (ego.grad - exact_ego.grad).norm() / exact_ego.grad.norm()
+    assert 0 < float(error) < 0.5

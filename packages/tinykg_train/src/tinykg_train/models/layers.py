@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from tinykg_train.compress import CompressionConfig, ops
+from tinykg_train.compress.blocks import block_budget
 from tinykg_train.compress.modules import CompressedModule
 from tinykg_train.models.relational import relational_mean
 from tinykg_train.models.sparse import CSRGraph
@@ -60,6 +61,25 @@ class _Propagation:
         return self.graph.rows(x, self.attention, start, stop)
 
 
+#: The mean in-degree from which a KGAT layer stores its neighbor vectors (quantized) instead of
+#: recomputing them from the ego vectors in backward. The recompute costs a sparse product (time
+#: ~ edges), storing a quantize and a decode (time ~ nodes). Measured on one CPU thread, INT2 CF
+#: step / FP32's, recompute against store: lfm1m (degree 48) 1.13 against 1.07, synthetic-small
+#: (15) 1.19 against 1.23, ml-100k (10) 1.10 against 1.14, music-kgcn (6) 1.10 against 1.16; the
+#: two meet near 26 (docs/compression.md, *Where the time goes on a CPU*).
+STORE_NEIGHBORS_MIN_DEGREE = 24
+
+
+def stores_neighbors(graph: CSRGraph, width: int, block_bytes: int | None) -> bool:
+    """Whether a whole-graph KGAT layer stores its neighbor vectors rather than recomputing them:
+    on a dense enough graph (`STORE_NEIGHBORS_MIN_DEGREE`), and only where the backward would
+    recompute them whole anyway (a `[nodes, width]` float within one block's budget), so a
+    stored copy never raises the backward's peak above the recompute's."""
+    degree = graph.num_entries / max(graph.num_nodes, 1)
+    whole_bytes = graph.num_nodes * width * 4
+    return degree >= STORE_NEIGHBORS_MIN_DEGREE and whole_bytes <= block_budget(block_bytes)
+
+
 class BiInteractionLayer(CompressedModule):
     """One KGAT layer: attentive propagation, then the bi-interaction aggregator, message dropout.
 
@@ -94,9 +114,11 @@ class BiInteractionLayer(CompressedModule):
         neighbors from the stored sources."""
         c = self.compression
         neighbors = graph(ego, attention)
-        sources = None
+        sources, neighbors_of = None, _Propagation(graph, attention)
         if num_targets is not None:
             sources, ego = ego, ego[:num_targets]
+        elif stores_neighbors(graph, ego.shape[-1], self.block_bytes):
+            neighbors_of = None
         out = ops.bi_interaction(
             ego,
             neighbors,
@@ -106,8 +128,8 @@ class BiInteractionLayer(CompressedModule):
             self.product_linear.bias,
             self.negative_slope,
             config=c,
-            # the neighbors are recomputed from the stored ego (or sources) in backward, not stored
-            neighbors_of=_Propagation(graph, attention),
+            # None: the neighbors are stored; else recomputed from the stored ego (or sources)
+            neighbors_of=neighbors_of,
             block_bytes=self.block_bytes,
             sources=sources,
         )
