@@ -42,3 +42,16 @@ def missing_cuda(device: str) -> str | None:
     if device == "cuda" and not torch.cuda.is_available():
         return "--device cuda needs a CUDA GPU, and torch sees none here; use --device cpu"
     return None
+
+
+def run_checked(command: list[str], what: str) -> str:
+    """Run `command` from the repository root, its output captured; its stdout, or a RuntimeError
+    naming `what` with its exit status and the tail of its stderr."""
+    import subprocess
+
+    from benchmarks._report import REPO_ROOT
+
+    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{what} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    return done.stdout

@@ -21,16 +21,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks._cli import add_device_options, missing_cuda
+from benchmarks._cli import add_device_options, missing_cuda, run_checked
 from benchmarks._datasets import DatasetUnavailable, resolve_dataset
 from benchmarks._report import (
-    REPO_ROOT,
     markdown_table,
     publish_section,
     section_name,
@@ -58,15 +56,7 @@ def train_command(mode: str, data: Path, out: Path, args: argparse.Namespace) ->
 def run_mode(mode: str, data: Path, work: Path, args: argparse.Namespace, index: int) -> dict:
     """One fresh training of `mode`; its metrics.json. A failed run raises with its stderr's tail."""
     out = work / f"{mode.replace(' ', '-')}-{index}"
-    done = subprocess.run(
-        train_command(mode, data, out, args),
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"{mode} run failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    run_checked(train_command(mode, data, out, args), f"{mode} run")
     return json.loads((out / "metrics.json").read_text())
 
 

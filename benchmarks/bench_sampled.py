@@ -25,16 +25,15 @@ import contextlib
 import json
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks._cli import comma_list
+from benchmarks._cli import comma_list, run_checked
 from benchmarks._datasets import DatasetUnavailable, resolve_dataset
-from benchmarks._report import REPO_ROOT, markdown_table, publish_section, width_label
+from benchmarks._report import markdown_table, publish_section, width_label
 
 MODES = ("whole-graph", "sampled")
 
@@ -135,16 +134,9 @@ def measure(spec: dict) -> dict:
 
 def run_worker(spec: dict) -> dict:
     """`measure(spec)` in a fresh process (its own peak RSS and allocator)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_sampled", "--worker", json.dumps(spec)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"worker {spec} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    command = [sys.executable, "-m", "benchmarks.bench_sampled", "--worker", json.dumps(spec)]
+    stdout = run_checked(command, f"worker {spec}")
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 def mib(value: float | None) -> str:
