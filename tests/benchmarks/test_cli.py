@@ -35,3 +35,14 @@ def test_device_options():
     args = parser.parse_args(["--device", "cpu", "--threads", "1"])
     assert (args.device, args.threads) == ("cpu", 1)
     assert (parser.parse_args([]).device, parser.parse_args([]).threads) == ("auto", None)
+
+
+def test_run_checked_returns_stdout_or_names_the_failed_run():
+    import sys
+
+    from benchmarks._cli import run_checked
+
+    assert run_checked([sys.executable, "-c", "print('ok')"], "a run") == "ok\n"
+    failing = [sys.executable, "-c", "import sys; sys.exit('no such data')"]
+    with pytest.raises(RuntimeError, match=r"(?s)offloaded run failed \(exit 1\):.*no such data"):
+        run_checked(failing, "offloaded run")
