@@ -17,9 +17,10 @@ fits when its `cuda_max_memory_allocated` is within the limit): its peak RSS, se
 activation bytes and step memory breakdown (metrics.json). A child that goes over the limit or fails
 to allocate (MemoryError, a refused torch or Rust allocation, a kill) *does not fit*; a mode that
 does not fit at a size is not tried at larger ones. The modes take turns at each size, so load from
-other processes hits them alike (FP32 always first, so a `--budget-s` never leaves out the baseline);
-on CUDA one unreported step first lets Triton compile the codec outside every cell. Section `scale-<device>`, with a figure of graph size against peak
-memory per mode and the limit as a line.
+other processes hits them alike (FP32 always first, so a `--budget-s` never leaves out the
+baseline); on CUDA one unreported step first lets Triton compile the codec outside every cell.
+Section `scale-<device>`, with a figure of graph size against peak memory per mode and the limit as
+a line.
 """
 
 from __future__ import annotations
