@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from benchmarks._report import REPO_ROOT
+from benchmarks._report import REPO_ROOT, mib
 
 STAGES = ("open", "train", "evaluate")
 PACKAGES = ("kg_data", "tinykg_kernels", "tinykg_train")
@@ -199,29 +199,26 @@ def dataset_shape(data: Path) -> str:
 # -- report -----------------------------------------------------------------------------------------
 
 
-def mib(n: float | None) -> str:
-    return "n/a" if n is None else f"{n / 2**20:,.0f}"
-
-
 def step_parts(row: dict) -> str:
     """`tables / other / buffers / Adam / grads / act / temp` of a phase, MiB."""
     names = ("embedding_tables", "other_parameters", "graph_buffers", "optimizer_state",
              "gradients", "activations", "temporaries")  # fmt: skip
-    return " / ".join(mib(row.get(n, 0)) for n in names)
+    return " / ".join(mib(row.get(n, 0), 0) for n in names)
 
 
 def eval_parts(row: dict) -> str:
-    return " / ".join(mib(row.get(n, 0)) for n in ("propagation", "scoring_cache", "score_blocks"))
+    parts = ("propagation", "scoring_cache", "score_blocks")
+    return " / ".join(mib(row.get(n, 0), 0) for n in parts)
 
 
 def cell_rows(cells: list[Cell], before: dict[tuple[str, int], Cell]) -> list[list[object]]:
     rows = []
     for cell in cells:
         old = before.get((cell.model, cell.bits))
-        stages = " / ".join(mib(cell.stage_rss_bytes.get(s)) for s in STAGES)
-        rss = mib(cell.peak_rss_bytes) + (f" (was {mib(old.peak_rss_bytes)})" if old else "")
-        tracked = mib(cell.tracked_peak()) + (
-            f" (was {mib(old.tracked_peak())})" if old and old.tracked_peak() else ""
+        stages = " / ".join(mib(cell.stage_rss_bytes.get(s), 0) for s in STAGES)
+        rss = mib(cell.peak_rss_bytes, 0) + (f" (was {mib(old.peak_rss_bytes, 0)})" if old else "")
+        tracked = mib(cell.tracked_peak(), 0) + (
+            f" (was {mib(old.tracked_peak(), 0)})" if old and old.tracked_peak() else ""
         )
         rows.append([
             cell.model, width(cell.bits), rss, stages, tracked,
@@ -290,7 +287,7 @@ def report(cells: list[Cell], dataset: str, shape: str, before: dict, device: st
         parts.append(
             "CUDA `max_memory_allocated` MiB: "
             + ", ".join(
-                f"{c.model} {width(c.bits)} {mib(c.cuda_max_memory_allocated)}" for c in cells
+                f"{c.model} {width(c.bits)} {mib(c.cuda_max_memory_allocated, 0)}" for c in cells
             )
         )
     return "\n\n".join(p for p in parts if p)

@@ -214,3 +214,8 @@ def markdown_table(headers: list[str], rows: list[list[object]]) -> str:
     """A GitHub-flavoured markdown table; floats keep the formatting the caller gave them."""
     line = lambda cells: "| " + " | ".join(str(c) for c in cells) + " |"  # noqa: E731
     return "\n".join([line(headers), line(["---"] * len(headers)), *(line(r) for r in rows)])
+
+
+def mib(value: float | None, decimals: int = 1) -> str:
+    """Bytes as MiB (2^20) with thousands separators, `n/a` for a figure that is missing."""
+    return "n/a" if value is None else f"{value / 2**20:,.{decimals}f}"

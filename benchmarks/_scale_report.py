@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks._report import markdown_table
+from benchmarks._report import markdown_table, mib
 
 #: the training modes, each as the `pipelines.train` flags that make it (in the table's order)
 MODES = {
@@ -63,10 +63,6 @@ def parse_size_preset(text: str) -> SizePreset:
 # -- report ------------------------------------------------------------------------------------------
 
 
-def mib(n: float | None) -> str:
-    return "n/a" if n is None else f"{n / 2**20:,.0f}"
-
-
 def headline_bytes(result: dict) -> int:
     """A run's peak memory as the section shows it: the device's `max_memory_allocated` on CUDA,
     else the process's peak RSS."""
@@ -81,7 +77,7 @@ def cell_text(result: dict | None) -> str:
         return "-"
     if not result["fits"]:
         return f"does not fit ({result.get('failure', 'out of memory')})"
-    return f"{mib(headline_bytes(result))} MiB / {result['seconds_per_step']:.2f} s / fits"
+    return f"{mib(headline_bytes(result), 0)} MiB / {result['seconds_per_step']:.2f} s / fits"
 
 
 def largest_fitting(
@@ -122,11 +118,12 @@ def detail_table(results: list[dict]) -> str:
             continue
         cf = (r.get("memory_breakdown") or {}).get("cf", {})
         evaluation = (r.get("memory_breakdown") or {}).get("evaluation", {})
+        parts = ("embedding_tables", "graph_buffers", "optimizer_state", "activations", "temporaries")
+        figures = [r["peak_rss_bytes"], r.get("cuda_max_memory_allocated"),
+                   r.get("activation_bytes"), cf.get("peak"), evaluation.get("peak")]  # fmt: skip
         rows.append([
-            r["size"], r["mode"], mib(r["peak_rss_bytes"]), mib(r.get("cuda_max_memory_allocated")),
-            mib(r.get("activation_bytes")), mib(cf.get("peak")), mib(evaluation.get("peak")),
-            " / ".join(mib(cf.get(k)) for k in ("embedding_tables", "graph_buffers", "optimizer_state",
-                                                "activations", "temporaries")),
+            r["size"], r["mode"], *(mib(n, 0) for n in figures),
+            " / ".join(mib(cf.get(k), 0) for k in parts),
         ])  # fmt: skip
     headers = ["size", "mode", "peak RSS MiB", "CUDA max allocated MiB", "activation MiB",
                "CF step peak MiB", "evaluation peak MiB", "tables / graph / Adam / act / temp MiB"]  # fmt: skip
@@ -137,7 +134,7 @@ def ingest_table(ingests: list[dict]) -> str:
     rows = [
         [i["size"], f"{i['n_entities']:,}", f"{i['n_triples']:,}", f"{i['n_interactions']:,}",
          f"{i['raw_bytes'] / 1e6:,.1f}", f"{i['ingest_seconds']:.2f}",
-         f"{i['raw_bytes'] / 1e6 / i['ingest_seconds']:,.1f}", mib(i["peak_rss_bytes"])]
+         f"{i['raw_bytes'] / 1e6 / i['ingest_seconds']:,.1f}", mib(i["peak_rss_bytes"], 0)]
         for i in ingests
     ]  # fmt: skip
     headers = ["size", "entities", "triples", "interactions", "raw MB", "ingest s", "MB/s",
@@ -266,7 +263,7 @@ def training_text(trainings: list[dict], ingests: list[dict], settings: dict) ->
     items = {i["size"]: i["n_items"] for i in ingests}
     rows = [
         [t["size"], t["mode"], t["epochs"], f"{t['recall@20']:.4f}", f"{t['ndcg@20']:.4f}",
-         f"{20 / items[t['size']]:.4f}", mib(t["peak_rss_bytes"]), f"{t['minutes']:.1f}"]
+         f"{20 / items[t['size']]:.4f}", mib(t["peak_rss_bytes"], 0), f"{t['minutes']:.1f}"]
         if t["fits"]
         else [t["size"], t["mode"], "-", f"does not fit ({t['failure']})", "-", "-", "-", "-"]
         for t in trainings

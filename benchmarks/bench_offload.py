@@ -30,6 +30,7 @@ from benchmarks._cli import add_device_options, missing_cuda, run_checked
 from benchmarks._datasets import DatasetUnavailable, resolve_dataset
 from benchmarks._report import (
     markdown_table,
+    mib,
     publish_section,
     section_name,
     width_label,
@@ -70,10 +71,6 @@ def run_rounds(data: Path, args: argparse.Namespace) -> dict[str, list[dict]]:
                 print(f"round {index + 1}/{args.rounds}: {mode}", flush=True)
                 runs[mode].append(run_mode(mode, data, Path(tmp), args, index))
     return runs
-
-
-def mib(value: float | None) -> str:
-    return "n/a" if value is None else f"{value / 2**20:,.1f}"
 
 
 def epoch_seconds(run: dict) -> float:

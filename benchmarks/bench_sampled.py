@@ -33,7 +33,7 @@ from pathlib import Path
 
 from benchmarks._cli import comma_list, run_checked
 from benchmarks._datasets import DatasetUnavailable, resolve_dataset
-from benchmarks._report import markdown_table, publish_section, width_label
+from benchmarks._report import markdown_table, mib, publish_section, width_label
 
 MODES = ("whole-graph", "sampled")
 
@@ -137,10 +137,6 @@ def run_worker(spec: dict) -> dict:
     command = [sys.executable, "-m", "benchmarks.bench_sampled", "--worker", json.dumps(spec)]
     stdout = run_checked(command, f"worker {spec}")
     return json.loads(stdout.strip().splitlines()[-1])
-
-
-def mib(value: float | None) -> str:
-    return "n/a" if value is None else f"{value / 2**20:,.1f}"
 
 
 def report(results: list[dict], num_nodes: int) -> str:
