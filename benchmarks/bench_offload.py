@@ -77,8 +77,9 @@ def epoch_seconds(run: dict) -> float:
     return statistics.median(run["epoch_seconds"])
 
 
-def mode_row(mode: str, runs: list[dict], device: str) -> list[object]:
-    """One mode's table row: accuracy per round, median epoch, peak and where the tables live."""
+def mode_row(mode: str, runs: list[dict], epoch: float, peak: int) -> list[object]:
+    """One mode's table row: accuracy per round, its median epoch and peak, where the tables
+    live."""
     memory = runs[0]["row_tables"]["memory"]
     stats = [s for name, s in runs[0]["row_tables"]["stats"].items() if name != "all"]
     hits, misses = sum(s.get("hits", 0) for s in stats), sum(s.get("misses", 0) for s in stats)
@@ -86,8 +87,8 @@ def mode_row(mode: str, runs: list[dict], device: str) -> list[object]:
         mode,
         " / ".join(f"{run['recall@20']:.4f}" for run in runs),
         " / ".join(f"{run['ndcg@20']:.4f}" for run in runs),
-        f"{statistics.median(epoch_seconds(run) for run in runs):.2f}",
-        mib(max(run[peak_key(device)] or 0 for run in runs)),
+        f"{epoch:.2f}",
+        mib(peak),
         mib(memory["device_tables"] + memory["device_optimizer"]),
         mib(memory["host_tables"] + memory["host_optimizer"] + memory["host_index"]),
         f"{hits:,} / {misses:,}" if hits or misses else "n/a",
@@ -108,21 +109,14 @@ def report(runs: dict[str, list[dict]], dataset: str, args: argparse.Namespace) 
         peak_name, "tables + Adam on device MiB", "tables + Adam + index on host MiB",
         "cache hits / misses (first run)",
     ]  # fmt: skip
-    rows = [mode_row(mode, mode_runs, device) for mode, mode_runs in runs.items()]
+    epochs = {mode: statistics.median(map(epoch_seconds, done)) for mode, done in runs.items()}
+    peaks = {mode: max(run[peak_key(device)] or 0 for run in done) for mode, done in runs.items()}
+    rows = [mode_row(mode, done, epochs[mode], peaks[mode]) for mode, done in runs.items()]
     on_device, offloaded = runs["on device"], runs["offloaded"]
-    per_round = [
-        epoch_seconds(b) / epoch_seconds(a) for a, b in zip(on_device, offloaded, strict=True)
-    ]
-    ratio = statistics.median(epoch_seconds(r) for r in offloaded) / statistics.median(
-        epoch_seconds(r) for r in on_device
-    )
-    recall_gap = max(
-        abs(a["recall@20"] - b["recall@20"]) for a, b in zip(on_device, offloaded, strict=True)
-    )
-    peaks = {
-        mode: max(run[peak_key(device)] or 0 for run in mode_runs)
-        for mode, mode_runs in runs.items()
-    }
+    pairs = list(zip(on_device, offloaded, strict=True))
+    per_round = [epoch_seconds(b) / epoch_seconds(a) for a, b in pairs]
+    ratio = epochs["offloaded"] / epochs["on device"]
+    recall_gap = max(abs(a["recall@20"] - b["recall@20"]) for a, b in pairs)
     setup = (
         f"{dataset}, model {args.model} at {width_label(args.bits)}, seed {args.seed}, sampled "
         f"training (`--sampler neighbor`), {args.epochs} epoch(s)"
