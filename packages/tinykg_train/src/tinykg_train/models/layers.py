@@ -70,13 +70,13 @@ class _Propagation:
 STORE_NEIGHBORS_MIN_DEGREE = 24
 
 
-def stores_neighbors(graph: CSRGraph, width: int, block_bytes: int | None) -> bool:
+def stores_neighbors(graph: CSRGraph, ego: torch.Tensor, block_bytes: int | None) -> bool:
     """Whether a whole-graph KGAT layer stores its neighbor vectors rather than recomputing them:
     on a dense enough graph (`STORE_NEIGHBORS_MIN_DEGREE`), and only where the backward would
-    recompute them whole anyway (a `[nodes, width]` float within one block's budget), so a
-    stored copy never raises the backward's peak above the recompute's."""
+    recompute them whole anyway (`[nodes, width]` of `ego`'s dtype within one block's budget), so
+    a stored copy never raises the backward's peak above the recompute's."""
     degree = graph.num_entries / max(graph.num_nodes, 1)
-    whole_bytes = graph.num_nodes * width * 4
+    whole_bytes = graph.num_nodes * ego.shape[-1] * ego.element_size()
     return degree >= STORE_NEIGHBORS_MIN_DEGREE and whole_bytes <= block_budget(block_bytes)
 
 
@@ -117,7 +117,7 @@ class BiInteractionLayer(CompressedModule):
         sources, neighbors_of = None, _Propagation(graph, attention)
         if num_targets is not None:
             sources, ego = ego, ego[:num_targets]
-        elif stores_neighbors(graph, ego.shape[-1], self.block_bytes):
+        elif stores_neighbors(graph, ego, self.block_bytes):
             neighbors_of = None
         out = ops.bi_interaction(
             ego,
