@@ -189,8 +189,8 @@ def test_an_epoch_s_end_lets_go_of_the_last_partition_s_graph(dataset, ckg, thre
     batches = PartitionedBatches(model, three, ckg, (-1,) * LAYERS, batch_size=64, seed=0)
     with batches.running(0):
         first = next(iter(batches.epoch(0)))
-        assert batches._current is not None  # the partition being sampled keeps its graph
-    assert batches._current is None  # not held through the evaluation that follows
+        assert batches.samplers.current is not None  # the partition being sampled keeps its graph
+    assert batches.samplers.current is None  # not held through the evaluation that follows
     with batches.running(1):  # the next epoch builds it again
         again = next(iter(batches.epoch(1)))
     assert len(first) == len(again) == 4

@@ -51,10 +51,10 @@ def steps_of(size: int, batch_size: int) -> int:
 
 
 class OnePartitionAtATime:
-    """`build(partition)` for the partition an epoch is in, the previous one's dropped first: the
-    negative samplers of every partition held at once took 840 MiB at 10M triples + interactions
-    (KG tails 759, items 80), one at a time about a quarter of that. Built from the partition
-    alone, so a rebuilt sampler draws what a kept one would."""
+    """`build(partition)` for the partition an epoch is in, the previous one's dropped first (the
+    partition graphs' samplers; the negative samplers, which held at once for every partition took
+    840 MiB at 10M triples + interactions). Built from the partition alone, so a rebuilt sampler
+    draws what a kept one would."""
 
     def __init__(self, build: Callable[[int], Any]) -> None:
         self.build, self.current = build, None
@@ -172,17 +172,10 @@ class PartitionedBatches(SampledBatches):
     ) -> None:
         super().__init__(model, PartitionCFBatches(partitions, batch_size, seed), None, seed)
         self.partitions, self.ckg, self.fanouts = partitions, ckg, tuple(fanouts)
-        self._current: tuple[int, Any] | None = None  # (partition, sampler) the producer is in
-
-    def sampler_of(self, index: int) -> Any:
-        """The sampler of partition `index` (producer thread): one partition's graph at a time."""
-        if self._current is None or self._current[0] != index:
-            self._current = None  # the previous partition's graph goes before the next is built
-            self._current = (
-                index,
-                partition_sampler(self.model, self.partitions.parts[index], self.ckg, self.fanouts),
-            )
-        return self._current[1]
+        # the sampler of the partition the producer is in: one partition's graph at a time
+        self.samplers = OnePartitionAtATime(
+            lambda index: partition_sampler(model, partitions.parts[index], ckg, self.fanouts)
+        )
 
     @contextlib.contextmanager
     def running(self, epoch: int) -> Iterator[SampledBatches]:
@@ -193,11 +186,11 @@ class PartitionedBatches(SampledBatches):
             with super().running(epoch) as batches:
                 yield batches
         finally:
-            self._current = None
+            self.samplers.release()
 
     def make(self, epoch: int, index: int, batch: tuple) -> tuple:
         part, users, pos_items, neg_items = batch
-        graph = self.sampler_of(part).sample(
+        graph = self.samplers(part).sample(
             users.numpy(), pos_items.numpy(), neg_items.numpy(), step_rng(self.seed, epoch, index)
         )
         return users, pos_items, neg_items, graph
