@@ -52,6 +52,7 @@ SETTINGS: dict[str, list[tuple[str, str, str, str]]] = {
         ("--scheme", "scheme", "NAME", "quantization levels: auto (normal at 2 bits, else uniform), uniform or normal"),
         ("--score-bits", "score_bits", "B", f"least bits of the final embeddings the BPR scores read: {WIDTHS} (32 = exact)"),
         ("--normalize-bits", "normalize_bits", "B", f"least bits of the outputs L2 normalizations save: {WIDTHS} (32 = exact)"),
+        ("--exact-phases", "exact_phases", "P,P", "training phases whose quantized saves stay exact at fixed --bits: kg (KGAT's KG steps), cf, or cf,kg (the compressed code path storing nothing quantized: an A/A control against --bits 32)"),
     ],
     "optimization": [
         ("--lr", "lr", "LR", "Adam learning rate"),
@@ -97,7 +98,7 @@ def show_value(field: str, value: Any) -> str:
             "eval_users": "every user",
         }.get(field, "none")
     if isinstance(value, list):
-        return ",".join(map(str, value))
+        return ",".join(map(str, value)) or "none"
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 

@@ -93,6 +93,10 @@ def bad_cases(data: Path, tmp: Path, finished: Path) -> list[tuple[str, list[str
         ("offload-workers", ["--data", str(data), "--sampler", "neighbor", "--offload-embeddings", "--workers", "2", *new], "--offload-embeddings updates the tables in one process: drop --workers"),
         ("offload-auto", ["--data", str(data), "--sampler", "neighbor", "--offload-embeddings", "--bits", "auto", *new], "--offload-embeddings runs at fixed widths"),
         ("offload-bprmf", ["--data", str(data), "--model", "bprmf", "--sampler", "neighbor", "--offload-embeddings", *new], "BPRMF has no graph to sample: train it with --sampler none"),
+        ("exact-phases-unknown", ["--data", str(data), "--bits", "2", "--exact-phases", "cf,ranking", *new], "'exact_phases' names training phases: cf, kg (got ranking)"),
+        ("exact-phases-fp32", ["--data", str(data), "--bits", "32", "--exact-phases", "kg", *new], "with bits 32 every save is exact already"),
+        ("exact-phases-auto", ["--data", str(data), "--bits", "auto", "--exact-phases", "cf", *new], "'exact_phases' applies to fixed widths"),
+        ("exact-phases-no-kg", ["--data", str(data), "--model", "lightgcn", "--bits", "2", "--exact-phases", "kg", *new], "--exact-phases kg: lightgcn has no KG phase (only cf)"),
         ("cache-rows-alone", ["--data", str(data), "--sampler", "neighbor", "--cache-rows", "100", *new], "'cache_rows' sizes the device cache of offloaded tables: add --offload-embeddings"),
     ]  # fmt: skip
 

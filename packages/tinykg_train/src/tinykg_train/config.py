@@ -50,6 +50,7 @@ __all__ = [
 SAMPLERS = ("none", "neighbor")  # whole-graph steps, or each step on its batch's sampled subgraph
 DEFAULT_FANOUT = 10  # neighbors per node and layer when `fanouts` is not given
 
+PHASES = ("cf", "kg")  # the trainer's phases: BPR steps; the KG steps of a model that has them
 AUTO = "auto"  # `bits: auto`: each saved tensor's width chosen from its measured sensitivity
 
 MODELS = tuple(MODEL_DEFAULTS)
@@ -70,7 +71,7 @@ FLOAT_FIELDS = frozenset({"lr", "l2", "dropout", "auto_bits"})
 STR_FIELDS = frozenset({"data", "model", "scheme", "device", "out", "sampler"})
 OPTIONAL_STR_FIELDS = frozenset({"memory_budget"})
 BOOL_FIELDS = frozenset({"resume", "sparse_adam", "offload_embeddings"})
-SPECIAL_FIELDS = frozenset({"bits", "eval_ks", "fanouts", "extra"})  # coerced by name in _coerce
+SPECIAL_FIELDS = frozenset({"bits", "eval_ks", "fanouts", "exact_phases", "extra"})  # coerced by name in _coerce
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,10 @@ class TrainConfig:
     # the most memory one training step may use (parameters, gradients, optimizer state, graph
     # buffers, activations held, the step's temporaries), e.g. "300MB"; needs `bits: auto`
     memory_budget: str | None = None
+    # training phases ("cf", "kg") whose quantized saves are kept exact at fixed widths: which phase
+    # a width's loss comes from; both = the compressed code path storing nothing quantized, an A/A
+    # control against bits 32 (the same gradients, only float rounding differs)
+    exact_phases: tuple[str, ...] = ()
     epochs: int = 20
     seed: int = 0
     lr: float = 1e-3
@@ -162,6 +167,7 @@ class TrainConfig:
                 raise ConfigError(
                     f"'memory_budget' chooses the widths itself: use it with bits auto (got bits {self.bits})"
                 )
+        self.validate_exact_phases()
         if self.adaptive and self.workers > 1:
             raise ConfigError(
                 "bits auto measures sensitivities in one process; with workers > 1 each worker would choose its own widths: pass fixed --bits (1, 2, 4, 8 or 32)"
@@ -274,6 +280,21 @@ class TrainConfig:
                 f"{self.n_layers} (got {len(self.fanouts)}: {list(self.fanouts)})"
             )
 
+    def validate_exact_phases(self) -> None:
+        unknown = [p for p in self.exact_phases if p not in PHASES]
+        if unknown:
+            raise ConfigError(
+                f"'exact_phases' names training phases: {', '.join(PHASES)} (got {', '.join(unknown)})"
+            )
+        if self.exact_phases and not self.compressed:
+            raise ConfigError(
+                "'exact_phases' keeps phases exact under compression; with bits 32 every save is exact already: pass --bits 1, 2, 4 or 8 or drop --exact-phases"
+            )
+        if self.exact_phases and self.adaptive:
+            raise ConfigError(
+                "'exact_phases' applies to fixed widths; bits auto chooses every width itself: pass --bits 1, 2, 4 or 8 or drop --exact-phases"
+            )
+
     @property
     def layer_fanouts(self) -> tuple[int, ...]:
         """Neighbors sampled per node at each layer: `fanouts`, or DEFAULT_FANOUT per layer."""
@@ -343,6 +364,7 @@ class TrainConfig:
         values = dataclasses.asdict(self)
         values["eval_ks"] = list(self.eval_ks)
         values["fanouts"] = None if self.fanouts is None else list(self.fanouts)
+        values["exact_phases"] = list(self.exact_phases)
         return values
 
     @property
@@ -438,6 +460,12 @@ def _coerce(name: str, value: Any) -> Any:
         if not counts:
             raise wrong(label, hint, value)
         return tuple(counts)
+    if name == "exact_phases":
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if not isinstance(value, (list, tuple)) or not all(isinstance(p, str) for p in value):
+            raise wrong(label, "a list of phases like [kg] or cf,kg", value)
+        return tuple(dict.fromkeys(value))
     if name == "extra":
         return coerce_extra(value)
     return value  # a field in no table: tests/tinykg_train/test_config.py names it

@@ -45,6 +45,23 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def saving(session: Session, phase: str) -> contextlib.ExitStack:
+    """How one step of `phase` stores what autograd saves: compressed at the run's widths (each
+    site's own under `bits: auto`), nothing quantized in a phase of `exact_phases`. A fresh
+    context per step (an ExitStack is not reusable)."""
+    from tinykg_train.compress import compress_saved_tensors
+    from tinykg_train.compress.adaptive import sites
+
+    stack = contextlib.ExitStack()
+    if session.config.compressed:
+        stack.enter_context(compress_saved_tensors(session.compression, session.model))
+    if session.precision is not None:  # `bits: auto`: the phase's chosen widths
+        stack.enter_context(session.precision.applying(phase))
+    if phase in session.config.exact_phases:  # every quantized save of the phase kept exact
+        stack.enter_context(sites.applying(None, all_exact=True))
+    return stack
+
+
 def run_phase(
     session: Session, epoch: int, phase: str, batches: Any, loss_fn: Callable, measure: bool
 ) -> tuple[float, int | None, dict[str, int]]:
@@ -53,7 +70,7 @@ def run_phase(
     With `measure`, the first step's forward runs under an `ActivationMeter`: the bytes autograd holds
     for backward in one real training step (after compression).
     """
-    from tinykg_train.compress import ActivationMeter, compress_saved_tensors
+    from tinykg_train.compress import ActivationMeter
 
     config, model, optimizer = session.config, session.model, session.optimizer
     total = torch.zeros((), dtype=torch.float64, device=session.device)
@@ -70,11 +87,7 @@ def run_phase(
         optimizer.zero_grad(set_to_none=True)
         probe = start_step_probe(session, phase, epoch, steps, progress.total)  # once per run
         step_loss = loss_fn if probe is None else probe.forward(loss_fn)
-        compressing = contextlib.ExitStack()  # a fresh context per step: not reusable
-        if config.compressed:
-            compressing.enter_context(compress_saved_tensors(session.compression, model))
-        if session.precision is not None:  # `bits: auto`: the phase's chosen widths
-            compressing.enter_context(session.precision.applying(phase))
+        compressing = saving(session, phase)
         if probe is not None:
             compressing.push(probe.close_on_error)
         with compressing:

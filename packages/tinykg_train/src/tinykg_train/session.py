@@ -156,6 +156,8 @@ def open_session(
         kg_batches = (
             KGBatches(dataset, config.kg_batch_size, config.seed) if model.has_kg_phase else None
         )
+    if "kg" in config.exact_phases and not model.has_kg_phase:
+        raise ConfigError(f"--exact-phases kg: {config.model} has no KG phase (only cf)")
     tables = table_training(config, model, device)  # takes the big tables out of the model
     session = Session(
         config=config,
