@@ -23,16 +23,22 @@ from benchmarks._report import markdown_table
 from benchmarks._stats import t_quantile
 
 FP32 = "32"
+CONTROL = "aa"  # the A/A control: the INT2 code path storing nothing quantized (bench_matrix)
 WITHIN = 0.99  # "within 1%": the ratio's interval lies at or above this
 
 
 def width_label(width: str) -> str:
     """FP32, INT2, AUTO: how tables name a width."""
+    if width == CONTROL:
+        return "A/A"
     return "FP32" if width == FP32 else "AUTO" if width == "auto" else f"INT{width}"
 
 
 def width_order(width: str) -> float:
-    """FP32 first, then the fixed widths from wide to narrow, then adaptive ones."""
+    """FP32 first, its A/A control next, then the fixed widths from wide to narrow, then adaptive
+    ones."""
+    if width == CONTROL:
+        return -99.0
     return -100.0 if width == FP32 else -float(width) if width.isdigit() else 100.0
 
 
@@ -198,7 +204,10 @@ def plot(cells: dict[Key, Cell], path: Path) -> Path:
                 (
                     k
                     for k in cells
-                    if k.dataset == dataset and k.model == model and k.mode == "whole"
+                    if k.dataset == dataset
+                    and k.model == model
+                    and k.mode == "whole"
+                    and k.width != CONTROL  # a control, not a point of the trade-off
                 ),
                 key=lambda k: width_order(k.width),
             )

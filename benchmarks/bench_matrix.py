@@ -15,6 +15,10 @@ one at a time, until every width has stopped early on valid Recall@20 (same pati
   resumes: a sequence of `--budget-s`-limited commands completes the matrix. When FP32 of a group
   has finished but another width has not, a throwaway FP32 training runs beside it, only to time
   epochs in the same rounds.
+Width `aa` is the A/A control: the INT2 code path with every quantized save kept exact
+(`--exact-phases cf,kg`), whose steps compute FP32's gradients. Its runs differ from FP32's only by
+float rounding, which training amplifies within an epoch, so its ratio to FP32 is what the interval
+of a width that changes nothing looks like on that cell.
 The report (section `accuracy-matrix-<device>` of BENCHMARKS.md, `accuracy-matrix-<dataset>-<device>`
 when one dataset is run, and a figure) gives per cell the
 test Recall@20 / NDCG@20 mean ± std, the ratio to FP32 with its paired 95% interval over seeds,
@@ -41,6 +45,7 @@ from tqdm.auto import tqdm
 from benchmarks._cli import comma_list
 from benchmarks._datasets import BENCH_DATA, DatasetUnavailable, resolve_dataset
 from benchmarks._matrix_report import (
+    CONTROL,
     FP32,
     Cell,
     Key,
@@ -146,7 +151,16 @@ def run_config(group: Group, width: str, data: Path, plan: dict[str, Any], sets:
         seed=group.seed,
         out=str(group.run_dir(out, width)),
     )
+    if width == CONTROL:
+        values.update(bits=2, exact_phases=control_phases(group.model))
     return TrainConfig.from_dict(values, source="matrix plan")
+
+
+def control_phases(model: str) -> list[str]:
+    """Every training phase of `model`: what the A/A control keeps exact."""
+    from tinykg_train.models import MODELS
+
+    return ["cf", "kg"] if MODELS[model].has_kg_phase else ["cf"]
 
 
 def finished_metrics(config) -> dict | None:
@@ -314,6 +328,14 @@ def collect(groups: Sequence[Group], widths: Sequence[str], out: Path) -> dict[K
     return cells
 
 
+CONTROL_NOTE = (
+    " *A/A*: the control, the INT2 code path with every quantized save kept exact (`--bits 2 "
+    "--exact-phases cf,kg`): its steps compute FP32's gradients, and its runs differ from FP32's "
+    "only by float rounding, which training amplifies within an epoch; its ratio is what a width "
+    "that changes nothing reads on that cell."
+)
+
+
 def settings_rows(configs: dict[tuple[str, str], Any]) -> str:
     columns = (
         "epochs", "patience", "min_epochs", "lr", "l2", "batch_size", "embed_dim", "n_layers",
@@ -345,7 +367,8 @@ def report(
         "when it straddles it (the seeds cannot tell). *held MiB*: bytes autograd holds for "
         "backward in one CF step. *peak RSS*: the worker process's (one run per process). *epoch "
         "/ FP32*: median over the rounds in which both ran an epoch one after the other (the "
-        f"number of rounds in brackets), {threads} torch thread(s) per worker, {device_label}.",
+        f"number of rounds in brackets), {threads} torch thread(s) per worker, {device_label}."
+        + (CONTROL_NOTE if any(key.width == CONTROL for key in cells) else ""),
         settings_rows(settings),
         results_table(cells),
         "\n".join(lines),

@@ -111,6 +111,21 @@ def test_a_run_dir_with_other_settings_stops_the_matrix(tiny_dataset_dir: Path, 
         )
 
 
+def test_the_a_a_control_is_the_int2_path_with_every_phase_exact(tmp_path: Path):
+    from benchmarks._matrix_report import width_label, width_order
+    from benchmarks.bench_matrix import Group, usable_configs
+
+    plan = {"datasets": {"d": {}}, "modes": {"whole": {}}, "train": {"epochs": 1}}
+    for model, phases in (("kgat", ("cf", "kg")), ("lightgcn", ("cf",))):
+        group = Group("d", "whole", model, 0)
+        configs = usable_configs(group, ["32", "2", "aa"], tmp_path, plan, {}, tmp_path)
+        control = configs["aa"]
+        assert (control.bits, control.exact_phases) == (2, phases)
+        assert configs["2"].exact_phases == () and control.out.endswith("aa/seed0")
+    assert width_label("aa") == "A/A"
+    assert sorted(["2", "aa", "32", "auto"], key=width_order) == ["32", "aa", "2", "auto"]
+
+
 def test_a_width_a_mode_refuses_is_left_out_and_fp32_s_refusal_stops_the_matrix(tmp_path: Path):
     from benchmarks.bench_matrix import Group, usable_configs
     from tinykg_train.errors import ConfigError
