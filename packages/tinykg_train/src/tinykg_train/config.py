@@ -71,7 +71,8 @@ FLOAT_FIELDS = frozenset({"lr", "l2", "dropout", "auto_bits"})
 STR_FIELDS = frozenset({"data", "model", "scheme", "device", "out", "sampler"})
 OPTIONAL_STR_FIELDS = frozenset({"memory_budget"})
 BOOL_FIELDS = frozenset({"resume", "sparse_adam", "offload_embeddings"})
-SPECIAL_FIELDS = frozenset({"bits", "eval_ks", "fanouts", "exact_phases", "extra"})  # coerced by name in _coerce
+# coerced by name in _coerce
+SPECIAL_FIELDS = frozenset({"bits", "eval_ks", "fanouts", "exact_phases", "extra"})
 
 
 @dataclass(frozen=True)
@@ -281,6 +282,7 @@ class TrainConfig:
             )
 
     def validate_exact_phases(self) -> None:
+        """Known phases, at a fixed compressed width (where keeping them exact means something)."""
         unknown = [p for p in self.exact_phases if p not in PHASES]
         if unknown:
             raise ConfigError(
