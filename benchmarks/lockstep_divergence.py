@@ -97,11 +97,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             "from the start"
         )
         print(f"{'step':>6} {'A/A control':>12} {'INT' + str(args.bits):>12}")
-        batches = sessions["32"].cf_batches.epoch(0)
+        epoch = 0
+        batches = sessions["32"].cf_batches.epoch(epoch)
         for step in range(1, args.steps + 1):
             batch = next(batches, None)
-            if batch is None:
-                batches = sessions["32"].cf_batches.epoch(step)
+            if batch is None:  # the next epoch's batches
+                epoch += 1
+                batches = sessions["32"].cf_batches.epoch(epoch)
                 batch = next(batches)
             for session in sessions.values():
                 torch.manual_seed(args.seed * 1_000_003 + step)  # the same draws for all three
