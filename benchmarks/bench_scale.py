@@ -5,7 +5,7 @@ step time and whether it trains at all within a memory limit.
         int2-sampled,int2-partitioned,int2-offloaded] [--model kgat] [--steps 5] [--threads 1]
         [--memory-limit 16GB] [--device auto|cpu|cuda] [--eval-users 20000]
         [--train-epochs N [--train-max-batches N]
-        [--train-modes M,M]] [--budget-s S] [--work-dir DIR] [--no-write]
+        [--train-modes M,M]] [--budget-s S] [--work-dir DIR] [--no-write] [--section-tag TAG]
 
 A size is the graph's triples + interactions (`100k`, `1m`, `10m`, `100m`: 10k to 10M entities), made
 by `kg_data.synthetic` in a child process and ingested by `python -m pipelines.ingest` in another
@@ -19,8 +19,8 @@ to allocate (MemoryError, a refused torch or Rust allocation, a kill) *does not 
 does not fit at a size is not tried at larger ones. The modes take turns at each size, so load from
 other processes hits them alike (FP32 always first, so a `--budget-s` never leaves out the
 baseline); on CUDA one unreported step first lets Triton compile the codec outside every cell.
-Section `scale-<device>`, with a figure of graph size against peak memory per mode and the limit as
-a line.
+Section `scale-<device>` (`scale-<tag>-<device>` with `--section-tag`), with a figure of graph
+size against peak memory per mode and the limit as a line.
 """
 
 from __future__ import annotations
@@ -340,6 +340,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--budget-s", type=float, default=0,
                         help="start no new size or run after this many seconds and report what "
                         "ran (default 0: no limit)")  # fmt: skip
+    parser.add_argument("--section-tag",
+                        help="write section scale-<tag>-<device> (and its figure) instead of "
+                        "scale-<device>, so a partial run stands beside the full one")  # fmt: skip
     parser.add_argument("--generate", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.memory_limit_text = args.memory_limit
@@ -371,7 +374,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         work = args.work_dir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         ingests, results, trainings, stopped = run(args, work)
-    section = section_name("scale", args.device)
+    section = section_name("scale", args.device, args.section_tag)
     figure = None
     if figures is not None:
         name = figure_name(section)

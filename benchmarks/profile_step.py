@@ -2,7 +2,7 @@
 `torch.profiler` tables of a few steps of each, on the CPU or a GPU.
 
     python -m benchmarks.profile_step [--dataset lfm1m-kgat] [--model kgat] [--bits 2]
-        [--device cpu|cuda] [--steps 10] [--rows 25] [--out profile.txt]
+        [--device cpu|cuda] [--steps 10] [--rows 25] [--out profile.txt] [--python-profile]
 
 The trainer's own session and step (`bench_memory.open_step_session`, `epoch.run_phase`) on the
 epoch's first batch of each phase (CF, and KG for models with a KG phase), after three warm-up
@@ -10,11 +10,16 @@ steps; the model's epoch-start hook (KGAT's attention refresh) is timed too. It 
 and writes the profiler tables (sorted by device time on CUDA, then by host time) to `--out`. A
 diagnostic, not a section of BENCHMARKS.md: step time on a GPU is worth reading here against the
 device time the kernels took (the rest is the host launching them), which a timer cannot tell apart.
+`--python-profile` adds `cProfile` tables of the timed steps (the Python functions the host spends
+its time in, by own time and by cumulative time), for a step that is host-bound.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
+import pstats
 import statistics
 import sys
 import tempfile
@@ -45,9 +50,32 @@ def timed(device: torch.device, work) -> float:
     return time.perf_counter() - start
 
 
+def python_profile(device: torch.device, step, steps: int) -> pstats.Stats:
+    """`cProfile` statistics of `steps` calls of `step` (the device drained after them)."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(steps):
+        step()
+    timed(device, lambda: None)
+    profiler.disable()
+    return pstats.Stats(profiler, stream=io.StringIO())
+
+
+def write_python_tables(stats: pstats.Stats, title: str, rows: int, out) -> None:
+    """`stats`' top `rows` functions by own time and by cumulative time, under `title`."""
+    for key in ("tottime", "cumtime"):
+        text = io.StringIO()
+        stats.stream = text
+        stats.sort_stats(key).print_stats(rows)
+        body = text.getvalue()
+        start = body.find("   ncalls")  # drop the header of file names and the blank lines
+        out.write(f"\n### {title}, cProfile by {key}\n{body[start:] if start >= 0 else body}")
+
+
 def profile_width(data: Path, model: str, bits: int, device: torch.device, steps: int,
-                  rows: int, out) -> list[str]:  # fmt: skip
-    """Lines of `model`'s step times at `bits`; its profiler tables are written to `out`."""
+                  rows: int, out, python: bool = False) -> list[str]:  # fmt: skip
+    """Lines of `model`'s step times at `bits`; its profiler tables (and, with `python`, the
+    cProfile tables of `steps` more steps) are written to `out`."""
     from torch.profiler import ProfilerActivity, profile
 
     from tinykg_train.epoch import run_phase
@@ -84,6 +112,9 @@ def profile_width(data: Path, model: str, bits: int, device: torch.device, steps
                 out.write(f"\n### {model} bits {bits}, {phase} phase, {PROFILED_STEPS} steps, by {key}\n")
                 out.write(prof.key_averages().table(sort_by=key, row_limit=rows,
                                                     max_name_column_width=70))  # fmt: skip
+            if python:
+                title = f"{model} bits {bits}, {phase} phase, {steps} steps"
+                write_python_tables(python_profile(device, step, steps), title, rows, out)
     return lines
 
 
@@ -102,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=Path("profile.txt"),
                         help="where the profiler tables go (default profile.txt)")  # fmt: skip
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    parser.add_argument("--python-profile", action="store_true",
+                        help="also write cProfile tables of --steps steps per phase and width")  # fmt: skip
     return parser
 
 
@@ -124,7 +157,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     device = torch.device(args.device)
     with args.out.open("w") as out:
         for bits in dict.fromkeys((32, args.bits)):
-            for line in profile_width(data, args.model, bits, device, args.steps, args.rows, out):
+            for line in profile_width(
+                data, args.model, bits, device, args.steps, args.rows, out, args.python_profile
+            ):
                 print(line, flush=True)
     print(f"profiler tables: {args.out}")
     return 0

@@ -242,3 +242,19 @@ def test_fp32_runs_first_at_every_size_and_the_rest_alternate():
     assert bench_scale.mode_order(modes, 0) == ["fp32-whole", "int2-whole", "int2-sampled", "int2-offloaded"]
     assert bench_scale.mode_order(modes, 1) == ["fp32-whole", "int2-offloaded", "int2-sampled", "int2-whole"]
     assert bench_scale.mode_order(["int2-whole", "int2-sampled"], 1) == ["int2-sampled", "int2-whole"]
+
+
+def test_a_section_tag_writes_its_own_section_and_figure_beside_the_full_one(tmp_path, monkeypatch):
+    md = tmp_path / "BENCHMARKS.md"
+    md.write_text("<!-- begin:scale-cpu -->\nthe full run\n<!-- end:scale-cpu -->\n")
+    monkeypatch.setenv("TINYKG_BENCHMARKS_MD", str(md))
+    monkeypatch.setenv("TINYKG_FIGURES_DIR", str(tmp_path / "figures"))
+    argv = ["--sizes", "5k", "--modes", "fp32-whole", "--steps", "1", "--device", "cpu",
+            "--memory-limit", "3GB", "--work-dir", str(tmp_path / "work"),
+            "--section-tag", "whole-5k"]  # fmt: skip
+    assert bench_scale.main(argv) == 0
+    text = md.read_text()
+    assert "<!-- begin:scale-cpu -->\nthe full run\n<!-- end:scale-cpu -->" in text
+    assert "<!-- begin:scale-whole-5k-cpu -->" in text
+    assert "scale-whole-5k-cpu.png" in text
+    assert (tmp_path / "figures" / "scale-whole-5k-cpu.png").is_file()

@@ -23,6 +23,23 @@ def test_each_width_and_phase_is_timed_and_profiled(tiny_dataset_dir: Path, tmp_
             assert f"kgat bits {bits}: {phase} step" in printed
             assert f"### kgat bits {bits}, {phase} phase, 3 steps, by self_cpu_time_total" in out.read_text()
     assert "aten::" in out.read_text()
+    assert "cProfile" not in out.read_text()
+
+
+def test_python_profile_adds_the_host_functions_by_own_and_cumulative_time(
+    tiny_dataset_dir: Path, tmp_path: Path
+):
+    out = tmp_path / "tables.txt"
+    argv = ["--dataset", str(tiny_dataset_dir), "--model", "lightgcn", "--bits", "2", "--steps",
+            "2", "--rows", "8", "--out", str(out), "--python-profile"]  # fmt: skip
+    assert main(argv) == 0
+    text = out.read_text()
+    for bits in (32, 2):
+        for key in ("tottime", "cumtime"):
+            assert f"### lightgcn bits {bits}, cf phase, 2 steps, cProfile by {key}\n   ncalls" in text
+    # the compressed width's step runs the codec: its Python frames are in the INT2 tables only
+    int2 = text.split("### lightgcn bits 2,", 1)[1]
+    assert "compress" in int2 and "run_backward" in int2
 
 
 @pytest.mark.parametrize(
