@@ -10,8 +10,10 @@ steps; the model's epoch-start hook (KGAT's attention refresh) is timed too. It 
 and writes the profiler tables (sorted by device time on CUDA, then by host time) to `--out`. A
 diagnostic, not a section of BENCHMARKS.md: step time on a GPU is worth reading here against the
 device time the kernels took (the rest is the host launching them), which a timer cannot tell apart.
-`--python-profile` adds `cProfile` tables of the timed steps (the Python functions the host spends
-its time in, by own time and by cumulative time), for a step that is host-bound.
+On CUDA each phase's line also gives `max_memory_allocated` over its timed steps (every tensor of the
+process: tables, graph, optimizer state, activations, temporaries). `--python-profile` adds
+`cProfile` tables of the timed steps (the Python functions the host spends its time in, by own time
+and by cumulative time), for a step that is host-bound.
 """
 
 from __future__ import annotations
@@ -99,8 +101,16 @@ def profile_width(data: Path, model: str, bits: int, device: torch.device, steps
 
             for _ in range(WARMUP_STEPS):
                 step()
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
             seconds = statistics.median(timed(device, step) for _ in range(steps))
-            lines.append(f"{model} bits {bits}: {phase} step {seconds * 1e3:.2f} ms (median of {steps})")
+            peak = ""
+            if device.type == "cuda":
+                peak_mib = torch.cuda.max_memory_allocated(device) / 2**20
+                peak = f", peak allocated {peak_mib:,.0f} MiB"
+            lines.append(
+                f"{model} bits {bits}: {phase} step {seconds * 1e3:.2f} ms (median of {steps}){peak}"
+            )
             with profile(activities=activities) as prof:
                 for _ in range(PROFILED_STEPS):
                     step()

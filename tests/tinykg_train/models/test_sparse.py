@@ -57,3 +57,21 @@ def test_rejects_features_of_the_wrong_node_count(bipartite):
     graph = CSRGraph(edge_index, num_nodes, num_sources)
     with pytest.raises(ValueError, match="'x' needs 50 rows"):
         graph(torch.randn(num_nodes, 4), graph.values(weight))
+
+
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+def test_row_blocks_equal_the_whole_products_rows_from_a_host_copy_of_the_row_pointers(
+    bipartite, backend, monkeypatch
+):
+    monkeypatch.setenv("TINYKG_KERNELS_BACKEND", backend)
+    edge_index, weight, num_nodes, num_sources = bipartite
+    graph = CSRGraph(edge_index, num_nodes, num_sources)
+    values, x = graph.values(weight), torch.randn(num_sources, 8)
+    whole = dense(edge_index, weight, num_nodes, num_sources) @ x
+    for start, stop in [(0, 7), (7, 19), (19, 30), (5, 5)]:
+        torch.testing.assert_close(graph.rows(x, values, start, stop), whole[start:stop])
+    # bounds come from the host copy (a CUDA graph's would otherwise wait for the device each time)
+    assert graph.row_bounds(7, 19) == (int(graph.crow[7]), int(graph.crow[19]))
+    if backend == "torch":
+        assert graph._host_crow is not None and graph._host_crow.device.type == "cpu"
+        assert torch.equal(graph._host_crow, graph.crow)

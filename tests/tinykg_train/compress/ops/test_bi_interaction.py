@@ -339,3 +339,26 @@ def test_blocked_backward_recomputes_the_neighbors_once_when_they_fit_the_budget
     # fits: one sparse product for the whole backward; else each block's rows for each of 3 uses
     assert neighbors_of.row_calls == (0 if fits else 3 * blocks)
     assert neighbors_of.whole_calls - before - neighbors_of.row_calls == (1 if fits else 0)
+
+
+@pytest.mark.cuda
+def test_on_cuda_the_default_budget_cuts_a_large_graph_into_at_most_the_cap_of_blocks():
+    # 400k rows: 19 blocks of the CPU's budget, CUDA_MAX_BLOCKS on a GPU (each block a few dozen
+    # launches); the neighbors (100 MB) exceed one block there, so each block recomputes its rows
+    from tinykg_train.compress.blocks import CUDA_MAX_BLOCKS
+
+    rows, width, device = 400_000, 64, torch.device("cuda")
+    gen = torch.Generator(device=device).manual_seed(0)
+    ego = torch.randn(rows, width, generator=gen, device=device, requires_grad=True)
+    w1, w2 = (
+        torch.randn(width, width, generator=gen, device=device, requires_grad=True)
+        for _ in range(2)
+    )
+    neighbors_of = CountingNeighbors()
+    computed = ego * 1.0
+    out = bi_interaction(
+        computed, neighbors_of(computed), w1, None, w2, None, SLOPE,
+        config=CompressionConfig(bits=2), neighbors_of=neighbors_of,
+    )  # fmt: skip
+    out.backward(torch.randn(out.shape, generator=gen, device=device))
+    assert neighbors_of.row_calls == 3 * CUDA_MAX_BLOCKS

@@ -15,16 +15,33 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import torch
+
 #: Default bound on the temporaries of one block, in bytes.
 BLOCK_BYTES = 32 << 20
 #: The fewest rows a block of a matrix product is cut to: much smaller products may take another
 #: BLAS path that rounds differently.
 MIN_MATMUL_ROWS = 128
+#: On a GPU every block costs a few dozen kernel launches whatever its size, and the host issuing
+#: them bounds a blocked step (a KGAT INT2 CF step on a 10M-triple graph cut into 123 blocks of
+#: `BLOCK_BYTES`: 169 ms against FP32's 32 on an H200; docs/compression.md). There the default
+#: budget grows so that whole-graph work takes at most this many blocks.
+CUDA_MAX_BLOCKS = 8
 
 
 def block_budget(block_bytes: int | None) -> int:
     """Bytes a block's temporaries may take: `block_bytes`, or `BLOCK_BYTES` when None."""
     return BLOCK_BYTES if block_bytes is None else block_bytes
+
+
+def device_budget(block_bytes: int | None, device: torch.device, total_bytes: int) -> int:
+    """`block_budget(block_bytes)`, except that on CUDA the default (`block_bytes` None) grows to
+    `total_bytes / CUDA_MAX_BLOCKS` when that is larger: at most `CUDA_MAX_BLOCKS` blocks there. A
+    given `block_bytes` is kept on every device."""
+    budget = block_budget(block_bytes)
+    if block_bytes is not None or device.type != "cuda":
+        return budget
+    return max(budget, -(-total_bytes // CUDA_MAX_BLOCKS))
 
 
 def spans(

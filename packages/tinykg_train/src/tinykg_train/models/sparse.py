@@ -52,6 +52,7 @@ class CSRGraph(nn.Module):
         self.register_buffer("transposed_order", transposed.to(index_dtype), persistent=False)
         self.register_buffer("crow_t", _crow(cols[transposed], self.num_sources), persistent=False)
         self.register_buffer("col_t", rows[transposed].to(index_dtype), persistent=False)
+        self._host_crow: torch.Tensor | None = None  # `row_bounds`' copy, made on first use
 
     @property
     def num_entries(self) -> int:
@@ -81,10 +82,20 @@ class CSRGraph(nn.Module):
         # as `csr_matmul` chooses for the whole product; native row pointers index all entries
         if chosen == "cpu-native" and native.csr_applies(self.crow, self.col, values, x):
             return native.csr_matmul(self.crow[start : stop + 1], self.col, values, x)
-        first, last = int(self.crow[start]), int(self.crow[stop])
+        first, last = self.row_bounds(start, stop)
         crow = self.crow[start : stop + 1] - first
         shape = (stop - start, self.num_sources)
         return _csr(crow, self.col[first:last], values[first:last], shape) @ x.contiguous()
+
+    def row_bounds(self, start: int, stop: int) -> tuple[int, int]:
+        """`(crow[start], crow[stop])`: where rows `start:stop` begin and end among the entries,
+        read from a host copy of the row pointers made once (read from a CUDA tensor, each would
+        wait for the device: a KGAT backward asks twice per block and per use, hundreds of times a
+        step on a 10M-triple graph). The structure never changes, so the copy stays valid."""
+        host = self._host_crow
+        if host is None or host.shape != self.crow.shape:
+            host = self._host_crow = self.crow.detach().cpu()
+        return int(host[start]), int(host[stop])
 
 
 class _CSRMatmul(torch.autograd.Function):

@@ -40,7 +40,7 @@ from tinykg_kernels.leaky_pair import (
     leaky_relu_pair_backward,
     leaky_relu_pair_backward_rows,
 )
-from tinykg_train.compress.blocks import MIN_MATMUL_ROWS, block_budget, spans
+from tinykg_train.compress.blocks import MIN_MATMUL_ROWS, device_budget, spans
 from tinykg_train.compress.codec import compress, decompress
 from tinykg_train.compress.config import CompressionConfig
 from tinykg_train.compress.masks import PlaneMask
@@ -177,11 +177,11 @@ class CompressedBiInteraction(torch.autograd.Function):
         grad = grad.reshape(-1, out_width)
         masks, slope = (sum_positive.packed, product_positive.packed), ctx.slope
         row_bytes = 3 * (width + out_width) * grad.element_size()
-        blocks = list(spans(ego.shape[0], row_bytes, ctx.block_bytes, MIN_MATMUL_ROWS))
+        budget = device_budget(ctx.block_bytes, grad.device, ego.shape[0] * row_bytes)
+        blocks = list(spans(ego.shape[0], row_bytes, budget, MIN_MATMUL_ROWS))
         neighbors = _NeighborRows(
-            sources, stored_neighbors, ctx.neighbors_of, width, len(blocks) > 1,
-            block_budget(ctx.block_bytes),
-        )  # fmt: skip
+            sources, stored_neighbors, ctx.neighbors_of, width, len(blocks) > 1, budget
+        )
         grad_sum_weight = grad_sum_bias = grad_product_weight = grad_product_bias = None
         for which, combine, (weight_needed, bias_needed) in (
             (0, torch.add, needs[2:4]),
@@ -243,7 +243,8 @@ def bi_interaction(
     `neighbors_of`: the linear map with `neighbors == neighbors_of(ego)`, unchanged until backward
     (KGAT's attention-weighted propagation): then only `ego` is saved, and backward recomputes the
     neighbors from it (a block of rows at a time when it has `rows(x, start, stop)`).
-    `block_bytes` bounds the backward's per-block temporaries (default `compress.blocks`).
+    `block_bytes` bounds the backward's per-block temporaries (default `compress.blocks`'s budget,
+    grown on a GPU to at most `CUDA_MAX_BLOCKS` blocks).
 
     `sources` (with `neighbors_of`): `ego` is `sources[:len(ego)]` and `neighbors ==
     neighbors_of(sources)` (a sampled layer block): `sources` is saved instead of `ego`."""
