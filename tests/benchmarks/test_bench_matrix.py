@@ -126,6 +126,19 @@ def test_the_a_a_control_is_the_int2_path_with_every_phase_exact(tmp_path: Path)
     assert sorted(["2", "aa", "32", "auto"], key=width_order) == ["32", "aa", "2", "auto"]
 
 
+def test_the_shipped_plan_builds_every_width_of_every_model_with_the_control_by_default(
+    tmp_path: Path,
+):
+    from benchmarks.bench_matrix import PLAN, Group, read_plan, usable_configs
+
+    plan = read_plan(PLAN)
+    assert {"32", "2", "auto", "aa"} <= {str(width) for width in plan["widths"]}
+    widths = [str(width) for width in plan["widths"]]
+    for model in plan["models"]:
+        group = Group("music-kgcn", "whole", model, 0)
+        assert list(usable_configs(group, widths, tmp_path, plan, {}, tmp_path)) == widths
+
+
 def test_a_width_a_mode_refuses_is_left_out_and_fp32_s_refusal_stops_the_matrix(tmp_path: Path):
     from benchmarks.bench_matrix import Group, usable_configs
     from tinykg_train.errors import ConfigError
