@@ -249,3 +249,18 @@ def test_row_table_settings_are_sweep_axes():
     assert tuple(cache.values) == (1000, 10000)
     with pytest.raises(ConfigError, match="add --sampler neighbor"):
         parse_axis("offload_embeddings", [True], {"model": "kgat"})
+
+
+def test_a_finished_run_leaves_no_prefetch_thread_behind(tiny_dataset_dir, tmp_path):
+    """`train` stops and joins the offloaded tables' look-ahead thread before it returns (a daemon
+    thread alive at interpreter exit can be frozen inside a torch call as the process tears down)."""
+    import threading
+
+    def prefetchers():
+        return [t for t in threading.enumerate() if t.name == "tinykg-prefetch" and t.is_alive()]
+
+    before = len(prefetchers())
+    offload = dict(offload_embeddings=True, cache_rows=700, prefetch_steps=3)
+    result = train(run_config(tiny_dataset_dir, tmp_path / "offload", epochs=1, **offload))
+    assert result["row_tables"]["stats"]["node_embedding"]["prefetched"] > 0  # the thread ran
+    assert len(prefetchers()) == before

@@ -79,6 +79,13 @@ class Session:
     # `scale.table_training.TableTraining` with --sparse-adam / --offload-embeddings
     tables: Any | None = None
 
+    def close(self) -> None:
+        """Stop the run's background threads and wait for them: the offloaded tables' prefetch
+        thread would otherwise live until the interpreter exits, where a daemon thread can be
+        frozen inside a torch call while the process tears down."""
+        if self.tables is not None:
+            self.tables.close()
+
     def whole_model(self):
         """A context in which the model holds its whole embedding tables (they live in `tables`
         between its blocks under --sparse-adam / --offload-embeddings)."""

@@ -213,6 +213,15 @@ def train(
     device_label = describe_device(device)
     reset_cuda_peak(device)
     session = open_session(config, device, model_builder, replica)
+    try:
+        return _train_session(session, tracker, on_epoch, device_label, kernels_before)
+    finally:
+        session.close()  # background threads stopped before the caller (or the interpreter) goes on
+
+
+def _train_session(session, tracker, on_epoch, device_label: str, kernels_before) -> dict[str, Any]:
+    """`train` once its session is open: fit, finish, and the tracker's run around them."""
+    config = session.config
     for line in prepare_precision(session):  # `bits: auto`: may refuse a budget; writes nothing
         print(line, flush=True)
     run, fresh = session.run, not session.run.path.exists()
