@@ -12,8 +12,8 @@ diagnostic, not a section of BENCHMARKS.md: step time on a GPU is worth reading 
 device time the kernels took (the rest is the host launching them), which a timer cannot tell apart.
 On CUDA each phase's line also gives `max_memory_allocated` over its timed steps (every tensor of the
 process: tables, graph, optimizer state, activations, temporaries). `--python-profile` adds
-`cProfile` tables of the timed steps (the Python functions the host spends its time in, by own time
-and by cumulative time), for a step that is host-bound.
+`cProfile` tables of as many steps again (the Python functions the host spends its time in, by own
+time and by cumulative time), for a step that is host-bound.
 """
 
 from __future__ import annotations

@@ -52,7 +52,8 @@ class CSRGraph(nn.Module):
         self.register_buffer("transposed_order", transposed.to(index_dtype), persistent=False)
         self.register_buffer("crow_t", _crow(cols[transposed], self.num_sources), persistent=False)
         self.register_buffer("col_t", rows[transposed].to(index_dtype), persistent=False)
-        self._host_crow: torch.Tensor | None = None  # `row_bounds`' copy, made on first use
+        # `row_bounds`' copy: a plain attribute, so it stays on the host when the module moves
+        self._host_crow = self.crow.cpu()
 
     @property
     def num_entries(self) -> int:
@@ -89,13 +90,11 @@ class CSRGraph(nn.Module):
 
     def row_bounds(self, start: int, stop: int) -> tuple[int, int]:
         """`(crow[start], crow[stop])`: where rows `start:stop` begin and end among the entries,
-        read from a host copy of the row pointers made once (read from a CUDA tensor, each would
-        wait for the device: a KGAT backward asks twice per block and per use, hundreds of times a
-        step on a 10M-triple graph). The structure never changes, so the copy stays valid."""
-        host = self._host_crow
-        if host is None or host.shape != self.crow.shape:
-            host = self._host_crow = self.crow.detach().cpu()
-        return int(host[start]), int(host[stop])
+        read from the host copy of the row pointers made with the graph (read from a CUDA tensor,
+        each would wait for the device: a KGAT backward asks twice per block and per use, hundreds
+        of times a step on a 10M-triple graph). The structure never changes, so the copy stays
+        valid."""
+        return int(self._host_crow[start]), int(self._host_crow[stop])
 
 
 class _CSRMatmul(torch.autograd.Function):
