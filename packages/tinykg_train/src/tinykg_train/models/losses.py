@@ -28,7 +28,11 @@ def bpr_loss(
     The margins are saved uncompressed: softplus's gradient is nonlinear in them, so rounding would
     bias it (they are one float per pair).
     """
-    margin = dot_scores(users, pos, config=config) - dot_scores(users, neg, config=config)
+    scores_config = config.for_scores()
+    if scores_config.enabled:  # `u` and `pos - neg` saved: two factors, not four
+        margin = ops.score_margin(users, pos, neg, config=scores_config)
+    else:
+        margin = dot_scores(users, pos, config=config) - dot_scores(users, neg, config=config)
     return softplus_mean(-margin)
 
 

@@ -1,7 +1,7 @@
 """Autograd ops with an exact forward that save compressed activations for backward.
 
 Every op takes `config=` (a `CompressionConfig`). With `config.bits == 32` the elementwise ops,
-`linear`, `embedding`, `gather`, `l2_normalize`, `squared_distance`, `translation_scores`,
+`linear`, `embedding`, `gather`, `score_margin`, `l2_normalize`, `squared_distance`, `translation_scores`,
 `recomputed` and `bi_interaction` (KGAT's aggregator, fused so that it saves only its two factors)
 are the plain torch ops; `spmm` and `edge_softmax` (which torch lacks) and `grouped_linear` (whose
 plain autograd would be slow) are Functions that save the minimum their gradients need,
@@ -11,7 +11,7 @@ uncompressed; `recomputed` saves a small subgraph's inputs only and runs it agai
 from tinykg_train.compress.ops.activations import dropout, leaky_relu, relu
 from tinykg_train.compress.ops.bi_interaction import bi_interaction
 from tinykg_train.compress.ops.distance import squared_distance, translation_scores
-from tinykg_train.compress.ops.elementwise import mul
+from tinykg_train.compress.ops.elementwise import mul, score_margin
 from tinykg_train.compress.ops.embedding import embedding
 from tinykg_train.compress.ops.gather import gather
 from tinykg_train.compress.ops.grouped_linear import grouped_linear
@@ -34,6 +34,7 @@ __all__ = [
     "mul",
     "recomputed",
     "relu",
+    "score_margin",
     "spmm",
     "squared_distance",
     "translation_scores",
