@@ -54,3 +54,31 @@ def test_scored_embeddings_are_saved_at_score_bits():
     assert torch.equal(
         dot_scores_gradient(CompressionConfig(bits=2, score_bits=32), 0), torch.zeros(256, 64)
     )
+
+
+def test_l2_penalty_squares_the_chunks_of_one_gather_as_one_saved_tensor():
+    """Chunks tiling one gather are squared as the gather: one saved tensor, not three, and the
+    same penalty and gradient as the chunks one by one (up to the order of the sums)."""
+    torch.manual_seed(0)
+    table = torch.nn.Parameter(torch.randn(40, 8))
+    index = torch.randint(0, 40, (30,))
+    rows = table.index_select(0, index)
+    chunks = list(rows.chunk(3))
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        penalty = l2_penalty(chunks)
+    assert sum(1 for t in saved if t.is_floating_point()) == 1
+    expected = sum(c.detach().pow(2).sum() for c in chunks) / 20
+    torch.testing.assert_close(penalty, expected)
+    penalty.backward()
+    expected_grad = torch.zeros(40, 8).index_add_(0, index, rows.detach() / 10)  # d/drow = row/10
+    torch.testing.assert_close(table.grad, expected_grad)
+    # chunks of different gathers, or not tiling theirs, are squared one by one
+    other = table.index_select(0, torch.arange(10))
+    torch.testing.assert_close(
+        l2_penalty([chunks[0], other, chunks[2]]),
+        sum(t.detach().pow(2).sum() for t in (chunks[0], other, chunks[2])) / 20,
+    )
+    torch.testing.assert_close(
+        l2_penalty(chunks[:2]), sum(t.detach().pow(2).sum() for t in chunks[:2]) / 20
+    )
