@@ -27,14 +27,20 @@ TINY_BLOCK = 2048  # bytes: blocks of ~128 rows (the matrix-product floor), ~40 
 
 
 def previous_kgat_propagate(self):
-    """KGAT.propagate before blocks: every node's layers concatenated, then sliced."""
+    """KGAT.propagate before blocks: every node's layer outputs concatenated, then sliced. The
+    table's own rows are sliced before the layers, as now (the order in which the table's gradient
+    sums its parts: `test_backward_order`)."""
     x = self.node_embedding
-    outputs = [x]
+    ego_users, ego_items = x[self.n_entities :], x[: self.n_items]
+    outputs = []
     for layer in self.layers:
         x, normalized = layer(x, self.graph, self.attention_entries)
         outputs.append(normalized)
     final = torch.cat(outputs, dim=1)
-    return final[self.n_entities :], final[: self.n_items]
+    return (
+        torch.cat([ego_users, final[self.n_entities :]], dim=1),
+        torch.cat([ego_items, final[: self.n_items]], dim=1),
+    )
 
 
 def previous_bi_interaction_backward(ctx, grad):

@@ -194,14 +194,20 @@ class EmbeddingRecommender(Recommender):
         return loss if extra is None else loss + extra
 
     def loss(self, users: torch.Tensor, pos_items: torch.Tensor, neg_items: torch.Tensor):
+        # The L2 penalty's rows are gathered before the propagation, so that their gradient comes
+        # last in backward: autograd runs the ready node made last first, and a gather's gradient
+        # is a dense table-sized tensor, held from when it runs until the table's gradient is
+        # complete (gathered after, it ran first and was held through the whole propagation's
+        # backward: one more [nodes, dim] at a whole-graph step's peak).
+        ego = self.ego_embeddings(users, pos_items, neg_items) if self.l2 > 0 else None
         user_vectors, item_vectors = self.propagate()
         config = self.compression
         u = ops.embedding(user_vectors, users, config=config)
         pos = ops.embedding(item_vectors, pos_items, config=config)
         neg = ops.embedding(item_vectors, neg_items, config=config)
         loss = bpr_loss(u, pos, neg, config=config)
-        if self.l2 > 0:
-            loss = loss + self.l2 * l2_penalty(self.ego_embeddings(users, pos_items, neg_items))
+        if ego is not None:
+            loss = loss + self.l2 * l2_penalty(ego)
         extra = self.extra_loss()
         return loss if extra is None else loss + extra
 

@@ -34,6 +34,7 @@ from tinykg_train.models.graphs import (
 from tinykg_train.models.layers import BiInteractionLayer, xavier_parameter
 from tinykg_train.models.losses import softplus_mean
 from tinykg_train.models.pretrained import load_mf_embeddings
+from tinykg_train.models.row_ranges import row_ranges
 from tinykg_train.models.rows import Rows
 from tinykg_train.models.sparse import CSRGraph
 
@@ -162,19 +163,23 @@ class KGAT(EmbeddingRecommender):
         never an all-node concatenation: in backward each layer's gradient then appears just
         before that layer's turn, the size of its own output. The same values and gradients as
         concatenating all nodes and slicing (the rows each slice reads are the same; the sums a
-        node's gradient accumulates come in the same order)."""
+        node's gradient accumulates come in the same order).
+
+        The table's own rows are sliced first, for the same reason: a slice's gradient is a
+        table-sized tensor, and autograd runs the ready node made last first (sliced after the
+        layers, it ran at the start of backward and was held through all of it). Both slices of a
+        tensor are taken by one `row_ranges`: one gradient buffer for the two, not three."""
+        ranges = ((0, self.n_items), (self.n_entities, self.num_nodes))
         x = self.node_embedding
-        users, items = [], []
+        item_rows, user_rows = row_ranges(x, ranges)
+        items, users = [item_rows], [user_rows]
         for layer in self.layers:
             x, normalized = layer(x, self.graph, self.attention_entries)
-            users.append(normalized[self.n_entities :].clone())
-            items.append(normalized[: self.n_items].clone())
-            del normalized
-        ego = self.node_embedding
-        return (
-            torch.cat([ego[self.n_entities :], *users], dim=1),
-            torch.cat([ego[: self.n_items], *items], dim=1),
-        )
+            item_rows, user_rows = row_ranges(normalized, ranges)
+            items.append(item_rows)
+            users.append(user_rows)
+            del normalized, item_rows, user_rows
+        return torch.cat(users, dim=1), torch.cat(items, dim=1)
 
     def ego_embeddings(self, users, pos_items, neg_items) -> list[torch.Tensor]:
         nodes = torch.cat([users + self.n_entities, pos_items, neg_items])
