@@ -1,7 +1,7 @@
 """Whole-graph work in blocks of rows gives the numbers of the code before blocks, bit for bit.
 
-The reference is the earlier code itself (KGAT's all-node concatenation, the bi-interaction backward
-on whole tensors, KGIN's relational mean over all edges at once), patched back in. Against it:
+The reference is the earlier code itself (the bi-interaction backward on whole tensors, KGIN's
+relational mean over all edges at once), patched back in. Against it:
 the losses and every parameter's gradient after a step, and the weights after a few Adam steps, with
 the default blocks (one block on this tiny graph) and with blocks of a few rows (dozens of blocks).
 """
@@ -20,27 +20,9 @@ from tinykg_train.compress.codec import compress, decompress
 from tinykg_train.compress.ops.indices import compact_index
 from tinykg_train.compress.saving import load, save
 from tinykg_train.models import build_model, relational
-from tinykg_train.models.kgat import KGAT
 
 bi_module = importlib.import_module("tinykg_train.compress.ops.bi_interaction")  # not the op
 TINY_BLOCK = 2048  # bytes: blocks of ~128 rows (the matrix-product floor), ~40 edges
-
-
-def previous_kgat_propagate(self):
-    """KGAT.propagate before blocks: every node's layer outputs concatenated, then sliced. The
-    table's own rows are sliced before the layers, as now (the order in which the table's gradient
-    sums its parts: `test_backward_order`)."""
-    x = self.node_embedding
-    ego_users, ego_items = x[self.n_entities :], x[: self.n_items]
-    outputs = []
-    for layer in self.layers:
-        x, normalized = layer(x, self.graph, self.attention_entries)
-        outputs.append(normalized)
-    final = torch.cat(outputs, dim=1)
-    return (
-        torch.cat([ego_users, final[self.n_entities :]], dim=1),
-        torch.cat([ego_items, final[: self.n_items]], dim=1),
-    )
 
 
 def previous_bi_interaction_backward(ctx, grad):
@@ -124,7 +106,6 @@ class PreviousRelationalMean(torch.autograd.Function):
 @contextlib.contextmanager
 def previous_code(monkeypatch):
     with monkeypatch.context() as patch:
-        patch.setattr(KGAT, "propagate", previous_kgat_propagate)
         patch.setattr(
             bi_module.CompressedBiInteraction,
             "backward",

@@ -170,6 +170,19 @@ class EmbeddingRecommender(Recommender):
     def extra_loss(self) -> torch.Tensor | None:
         return None
 
+    def batch_vectors(
+        self, users: torch.Tensor, pos_items: torch.Tensor, neg_items: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The final vectors of a CF batch's users, positive and negative items: their rows of
+        `propagate()` (a model may gather them without building every user's and item's)."""
+        user_vectors, item_vectors = self.propagate()
+        config = self.compression
+        return (
+            ops.embedding(user_vectors, users, config=config),
+            ops.embedding(item_vectors, pos_items, config=config),
+            ops.embedding(item_vectors, neg_items, config=config),
+        )
+
     def local_propagate(self, graph, rows: Rows) -> tuple[torch.Tensor, torch.Tensor, tuple]:
         """The local path's `propagate`: `(user vectors, item vectors, (user index, positive
         index, negative index))`, the batch's rows found at those indices of the two."""
@@ -200,12 +213,8 @@ class EmbeddingRecommender(Recommender):
         # complete (gathered after, it ran first and was held through the whole propagation's
         # backward: one more [nodes, dim] at a whole-graph step's peak).
         ego = self.ego_embeddings(users, pos_items, neg_items) if self.l2 > 0 else None
-        user_vectors, item_vectors = self.propagate()
-        config = self.compression
-        u = ops.embedding(user_vectors, users, config=config)
-        pos = ops.embedding(item_vectors, pos_items, config=config)
-        neg = ops.embedding(item_vectors, neg_items, config=config)
-        loss = bpr_loss(u, pos, neg, config=config)
+        u, pos, neg = self.batch_vectors(users, pos_items, neg_items)
+        loss = bpr_loss(u, pos, neg, config=self.compression)
         if ego is not None:
             loss = loss + self.l2 * l2_penalty(ego)
         extra = self.extra_loss()

@@ -34,7 +34,6 @@ from tinykg_train.models.graphs import (
 from tinykg_train.models.layers import BiInteractionLayer, xavier_parameter
 from tinykg_train.models.losses import softplus_mean
 from tinykg_train.models.pretrained import load_mf_embeddings
-from tinykg_train.models.row_ranges import row_ranges
 from tinykg_train.models.rows import Rows
 from tinykg_train.models.sparse import CSRGraph
 
@@ -157,29 +156,37 @@ class KGAT(EmbeddingRecommender):
     # -- CF phase ----------------------------------------------------------------------------------
 
     def propagate(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Concatenated layer outputs `[e_0, norm(e_1), ...]` of users and items.
+        """Concatenated layer outputs `[e_0, norm(e_1), ...]` of users and items (scoring; a CF
+        step gathers its batch's rows instead: `batch_vectors`).
 
         Only the user and item rows of each layer's output are kept (copied right after the layer),
-        never an all-node concatenation: in backward each layer's gradient then appears just
-        before that layer's turn, the size of its own output. The same values and gradients as
-        concatenating all nodes and slicing (the rows each slice reads are the same; the sums a
-        node's gradient accumulates come in the same order).
-
-        The table's own rows are sliced first, for the same reason: a slice's gradient is a
-        table-sized tensor, and autograd runs the ready node made last first (sliced after the
-        layers, it ran at the start of backward and was held through all of it). Both slices of a
-        tensor are taken by one `row_ranges`: one gradient buffer for the two, not three."""
-        ranges = ((0, self.n_items), (self.n_entities, self.num_nodes))
+        never an all-node concatenation."""
         x = self.node_embedding
-        item_rows, user_rows = row_ranges(x, ranges)
-        items, users = [item_rows], [user_rows]
+        users, items = [x[self.n_entities :]], [x[: self.n_items]]
         for layer in self.layers:
             x, normalized = layer(x, self.graph, self.attention_entries)
-            item_rows, user_rows = row_ranges(normalized, ranges)
-            items.append(item_rows)
-            users.append(user_rows)
-            del normalized, item_rows, user_rows
+            users.append(normalized[self.n_entities :].clone())
+            items.append(normalized[: self.n_items].clone())
+            del normalized
         return torch.cat(users, dim=1), torch.cat(items, dim=1)
+
+    def batch_vectors(self, users, pos_items, neg_items):
+        """`propagate()`'s rows of the batch, gathered from each layer's output right after the
+        layer: no `[users + items, final dim]` representations, whose gradients (two such dense
+        tensors) were held through the whole backward, and no copies of every user's and item's
+        rows of each layer in forward. Each gather's gradient (a `[nodes, dim]` tensor) is made
+        just before its layer's backward. The same values, and gradients but for the order in
+        which a node's duplicates in the batch are summed."""
+        nodes = torch.cat([users + self.n_entities, pos_items, neg_items])
+        x = self.node_embedding
+        parts = [x.index_select(0, nodes)]
+        for layer in self.layers:
+            x, normalized = layer(x, self.graph, self.attention_entries)
+            parts.append(normalized.index_select(0, nodes))
+            del normalized
+        sizes = [len(users), len(pos_items), len(neg_items)]
+        u, pos, neg = torch.cat(parts, dim=1).split(sizes)
+        return u, pos, neg
 
     def ego_embeddings(self, users, pos_items, neg_items) -> list[torch.Tensor]:
         nodes = torch.cat([users + self.n_entities, pos_items, neg_items])
