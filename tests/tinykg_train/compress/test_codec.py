@@ -172,3 +172,31 @@ def test_a_contiguous_view_of_stored_values_reads_the_same_codes_in_its_shape():
         strided = compress(weights.t(), config)  # not contiguous: its own copy
         assert strided.quantized.codes is not stored.quantized.codes
     assert compress(weights.unsqueeze(-1), config).quantized.codes is not stored.quantized.codes
+
+
+@pytest.mark.parametrize(
+    "width, config",
+    [
+        (64, CompressionConfig(bits=2)),  # one row to a group
+        (16, CompressionConfig(bits=1)),  # several rows to a group (1 bit: groups of 64 or more)
+        (64, CompressionConfig(bits=4, group_size=16)),  # several groups to a row
+    ],
+)
+def test_rows_decode_only_their_groups_to_the_bits_of_the_whole(width, config):
+    x = torch.randn(203, width, generator=torch.Generator().manual_seed(0))
+    x[7] = 0.0  # a zero row: kept exact by `live_rows` where rows share a group
+    stored = compress(x, config)
+    whole = stored.decode()
+    for start, stop in ((0, 203), (0, 1), (5, 9), (13, 120), (200, 203), (50, 50)):
+        assert torch.equal(stored.rows(start, stop), whole[start:stop]), (start, stop)
+    assert stored.rows(0, 204) is None  # out of range
+
+
+def test_rows_are_refused_where_the_codes_are_not_laid_out_by_rows():
+    x = torch.randn(40, 24, generator=torch.Generator().manual_seed(1))
+    assert compress(x, CompressionConfig(bits=2, group_size=16)).rows(0, 4) is None  # across rows
+    projected = compress(
+        torch.randn(256, 64), CompressionConfig(bits=2, projection_ratio=4), project=True
+    )
+    assert isinstance(projected, Compressed) and projected.projection is not None
+    assert projected.rows(0, 4) is None

@@ -122,3 +122,35 @@ def test_the_next_op_saving_the_input_reuses_the_stored_output_and_norms(grad_to
         (approx,) = grad_tools.gradients(op, (w,), probe)
         errors[normalize_first] = grad_tools.relative_error(approx, exact)
     assert errors[True] < 0.5 * errors[False], errors  # the input as exact as its 4-bit output
+
+
+@pytest.mark.parametrize("bits", (8, 2))
+def test_backward_decodes_a_block_of_rows_at_a_time_to_the_whole_backward_bits(bits, monkeypatch):
+    """Rows normalized along their last dim: backward decodes the stored output a block of rows at
+    a time (no whole decoded copy), the same bits as one whole pass, the clamped zero row included."""
+    from tinykg_train.compress import blocks
+    from tinykg_train.compress.codec import Compressed
+
+    x = make_rows()
+    probe = torch.randn(120, 40, generator=torch.Generator().manual_seed(2))
+    config = CompressionConfig(bits=bits)
+    decoded_rows = []
+    rows = Compressed.rows
+    monkeypatch.setattr(
+        Compressed, "rows", lambda self, a, b: decoded_rows.append(b - a) or rows(self, a, b)
+    )
+
+    def gradient():
+        decoded_rows.clear()
+        torch.manual_seed(3)  # the same rounding
+        out = l2_normalize(x, config=config)
+        (grad,) = torch.autograd.grad((out * probe).sum(), x)
+        return grad
+
+    whole = gradient()
+    assert sum(decoded_rows) == 0  # one block: decoded whole
+    monkeypatch.setattr(blocks, "BLOCK_BYTES", 3 * 40 * 4 * 7)  # blocks of 7 rows
+    blocked = gradient()
+    blocks_decoded = [n for n in decoded_rows if n > 0]  # (an empty read asks about the layout)
+    assert len(blocks_decoded) == 18 and sum(blocks_decoded) == 120
+    assert torch.equal(whole, blocked)

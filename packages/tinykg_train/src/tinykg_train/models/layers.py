@@ -133,6 +133,7 @@ class BiInteractionLayer(CompressedModule):
             block_bytes=self.block_bytes,
             sources=sources,
         )
+        del neighbors  # a whole-graph tensor: not held through the dropout and normalization
         out = ops.dropout(out, self.dropout, self.training, config=c)
         return out, ops.l2_normalize(out, dim=-1, config=c)
 

@@ -15,7 +15,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from tinykg_train.compress.codec import compress, offer_rescaled
+from tinykg_train.compress.blocks import device_budget, spans
+from tinykg_train.compress.codec import Compressed, compress, decompress, offer_rescaled
 from tinykg_train.compress.config import CompressionConfig
 from tinykg_train.compress.saving import apply_compressed, load, save
 
@@ -35,11 +36,35 @@ class L2Normalize(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        out, norm = load(ctx)
-        radial = (grad * out).sum(dim=ctx.dim, keepdim=True) * (norm >= ctx.eps)
-        # (g - y <g, y>) / n, in one buffer
-        grad_x = torch.addcmul(grad, out, radial, value=-1).div_(norm.clamp_min(ctx.eps))
-        return grad_x, None, None, None
+        stored, norm = load(ctx, decode=False)
+        rows_wise = grad.dim() == 2 and ctx.dim in (1, -1) and isinstance(stored, Compressed)
+        if rows_wise and stored.rows(0, 0) is not None:
+            return _backward_by_rows(grad, stored, norm, ctx.eps), None, None, None
+        return _backward(grad, decompress(stored), norm, ctx.dim, ctx.eps), None, None, None
+
+
+def _backward(grad, out, norm, dim: int, eps: float, result=None) -> torch.Tensor:
+    """(g - y <g, y>) / n, in one buffer (`result` when given)."""
+    radial = (grad * out).sum(dim=dim, keepdim=True) * (norm >= eps)
+    return torch.addcmul(grad, out, radial, value=-1, out=result).div_(norm.clamp_min(eps))
+
+
+def _backward_by_rows(grad, stored: Compressed, norm, eps: float) -> torch.Tensor:
+    """`_backward` of `[rows, dim]` normalized along rows, the stored output decoded a block of
+    rows at a time (`compress.blocks`): the same bits, with no whole decoded copy beside the
+    incoming gradient and the result (a whole-graph layer's output: one `[nodes, dim]` less at
+    the backward's peak)."""
+    rows, width = grad.shape
+    row_bytes = 3 * width * grad.element_size()  # a block's decoded rows, product and result
+    budget = device_budget(None, grad.device, rows * row_bytes)
+    blocks = list(spans(rows, row_bytes, budget))
+    if len(blocks) == 1:
+        return _backward(grad, stored.decode().reshape(rows, width), norm, 1, eps)
+    grad_x = torch.empty_like(grad)
+    for a, b in blocks:
+        out = stored.rows(a, b)
+        _backward(grad[a:b], out, norm[a:b], 1, eps, result=grad_x[a:b])
+    return grad_x
 
 
 def l2_normalize(
