@@ -175,8 +175,8 @@ class KGAT(EmbeddingRecommender):
         layer: no `[users + items, final dim]` representations, whose gradients (two such dense
         tensors) were held through the whole backward, and no copies of every user's and item's
         rows of each layer in forward. Each gather's gradient (a `[nodes, dim]` tensor) is made
-        just before its layer's backward. The same values, and gradients but for the order in
-        which a node's duplicates in the batch are summed."""
+        just before its layer's backward. The same values; the same gradients up to the order of
+        their sums (a node's duplicates in the batch, the table's parts)."""
         nodes = torch.cat([users + self.n_entities, pos_items, neg_items])
         x = self.node_embedding
         parts = [x.index_select(0, nodes)]

@@ -29,7 +29,7 @@ def bpr_loss(
     bias it (they are one float per pair).
     """
     scores_config = config.for_scores()
-    if scores_config.enabled:  # `u` and `pos - neg` saved: two factors, not four
+    if scores_config.enabled:  # `u` and `pos - neg` saved: two factors, not three
         margin = ops.score_margin(users, pos, neg, config=scores_config)
     else:
         margin = dot_scores(users, pos, config=config) - dot_scores(users, neg, config=config)
