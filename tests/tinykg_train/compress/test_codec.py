@@ -189,14 +189,16 @@ def test_rows_decode_only_their_groups_to_the_bits_of_the_whole(width, config):
     whole = stored.decode()
     for start, stop in ((0, 203), (0, 1), (5, 9), (13, 120), (200, 203), (50, 50)):
         assert torch.equal(stored.rows(start, stop), whole[start:stop]), (start, stop)
+    assert stored.by_rows
     assert stored.rows(0, 204) is None  # out of range
 
 
 def test_rows_are_refused_where_the_codes_are_not_laid_out_by_rows():
     x = torch.randn(40, 24, generator=torch.Generator().manual_seed(1))
-    assert compress(x, CompressionConfig(bits=2, group_size=16)).rows(0, 4) is None  # across rows
+    across = compress(x, CompressionConfig(bits=2, group_size=16))  # groups cut across rows
+    assert not across.by_rows and across.rows(0, 4) is None
     projected = compress(
         torch.randn(256, 64), CompressionConfig(bits=2, projection_ratio=4), project=True
     )
     assert isinstance(projected, Compressed) and projected.projection is not None
-    assert projected.rows(0, 4) is None
+    assert not projected.by_rows and projected.rows(0, 4) is None

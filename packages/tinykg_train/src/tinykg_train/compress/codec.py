@@ -69,28 +69,35 @@ class Compressed:
             values = values.mul_(self.live_rows.decode(values.dtype))
         return values
 
+    @property
+    def by_rows(self) -> bool:
+        """Whether `rows` can read a block of rows: no projection or sign mask kept, and groups
+        that hold whole rows or cut rows into whole groups."""
+        q = self.quantized
+        if self.projection is not None or self.positive is not None or len(q.shape) < 1:
+            return False
+        row_len, group_len = q.shape[-1], q.layout.group_len
+        return row_len > 0 and (group_len % row_len == 0 or row_len % group_len == 0)
+
     def rows(self, start: int, stop: int) -> torch.Tensor | None:
         """Rows `start:stop` of the decoded tensor, read as `[rows, last dim]`, decoding only the
         groups that hold them (the same bits as those rows of `decode()`): a backward can then
-        work through a whole-graph tensor a block of rows at a time. None when its codes are not
-        laid out by whole rows (a projection or sign mask kept; groups that cut across rows)."""
+        work through a whole-graph tensor a block of rows at a time. None when not `by_rows` or
+        the rows are out of range."""
+        if not self.by_rows:
+            return None
         q = self.quantized
-        if self.projection is not None or self.positive is not None or len(q.shape) < 1:
+        row_len, group_len = q.shape[-1], q.layout.group_len
+        total = q.layout.numel // row_len
+        if not 0 <= start <= stop <= total:
             return None
-        row_len = q.shape[-1]
-        total = q.layout.numel // max(row_len, 1)
-        if not (row_len > 0 and 0 <= start <= stop <= total):
-            return None
-        group_len = q.layout.group_len
         if group_len % row_len == 0:  # whole rows to a group
             per_group = group_len // row_len
             first, last = start // per_group, -(-stop // per_group)
             row0, row1 = first * per_group, min(last * per_group, total)
-        elif row_len % group_len == 0:  # whole groups to a row
+        else:  # whole groups to a row
             per_row = row_len // group_len
             first, last, row0, row1 = start * per_row, stop * per_row, start, stop
-        else:
-            return None
         part = QuantizedTensor(
             q.codes[first:last], q.scale[first:last], q.zero[first:last],
             torch.Size((row1 - row0, row_len)), q.dtype, q.bits, q.group_size, q.scheme,

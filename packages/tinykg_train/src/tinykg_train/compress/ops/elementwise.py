@@ -77,8 +77,9 @@ class CompressedScoreMargin(torch.autograd.Function):
 def _saved_items(pos: torch.Tensor, neg: torch.Tensor, config: CompressionConfig) -> tuple:
     """What `u`'s gradient reads: `(pos, neg)` as their indices when both are rows of a parameter
     (exact, and no wider than one compressed copy), else `(pos - neg compressed, None)`."""
-    if gathered_rows(pos) is not None and gathered_rows(neg) is not None:
-        return compress(pos, config), compress(neg, config)
+    pos_rows, neg_rows = gathered_rows(pos), gathered_rows(neg)
+    if pos_rows is not None and neg_rows is not None:
+        return pos_rows, neg_rows  # what `compress` stores for such rows
     return compress(pos - neg, config), None
 
 

@@ -38,7 +38,7 @@ class L2Normalize(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         stored, norm = load(ctx, decode=False)
         rows_wise = grad.dim() == 2 and ctx.dim in (1, -1) and isinstance(stored, Compressed)
-        if rows_wise and stored.rows(0, 0) is not None:  # (an empty read: laid out by rows?)
+        if rows_wise and stored.by_rows:
             return _backward_by_rows(grad, stored, norm, ctx.eps), None, None, None
         return _backward(grad, decompress(stored), norm, ctx.dim, ctx.eps), None, None, None
 
