@@ -178,3 +178,33 @@ def test_tiny_blocks_really_cut_the_graph_into_many(tiny_dataset, make_config, m
     monkeypatch.setattr(bi_module, "spans", counting)
     run(tiny_dataset, make_config, "kgat", 2, steps=1, blocks=TINY_BLOCK)
     assert calls and min(calls) >= 4, calls
+
+
+@pytest.mark.parametrize("bits", [32, 2])
+@pytest.mark.parametrize("blocks", [None, TINY_BLOCK])
+def test_kgat_scoring_in_blocks_is_the_whole_forward_bit_for_bit(
+    tiny_dataset, make_config, monkeypatch, bits, blocks
+):
+    """`propagate()` without gradient (scoring: each layer's aggregator a block of rows at a time,
+    `ops.bi_interaction_rows`) gives the training forward's values."""
+    torch.manual_seed(0)
+    model = build_model("kgat", tiny_dataset, make_config(model="kgat", bits=bits, n_layers=3))
+    model.eval()
+    with torch.enable_grad():
+        expected = [part.detach() for part in model.propagate()]
+    set_blocks(model, blocks)
+    calls = []
+    rows = bi_module.bi_interaction_rows
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs.get("block_bytes"))
+        return rows(*args, **kwargs)
+
+    monkeypatch.setattr(bi_module, "bi_interaction_rows", counting)
+    monkeypatch.setattr(
+        importlib.import_module("tinykg_train.compress.ops"), "bi_interaction_rows", counting
+    )
+    with torch.no_grad():
+        got = model.propagate()
+    assert calls == [blocks] * 3
+    assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))

@@ -10,7 +10,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from tinykg_train.compress import ActivationMeter, CompressionConfig
 from tinykg_train.compress.blocks import MIN_MATMUL_ROWS, spans
-from tinykg_train.compress.ops import bi_interaction, leaky_relu, linear, mul
+from tinykg_train.compress.ops import bi_interaction, bi_interaction_rows, leaky_relu, linear, mul
 
 ALL_BITS = (32, 8, 4, 2, 1)
 SLOPE = 0.2
@@ -362,3 +362,42 @@ def test_on_cuda_the_default_budget_cuts_a_large_graph_into_at_most_the_cap_of_b
     )  # fmt: skip
     out.backward(torch.randn(out.shape, generator=gen, device=device))
     assert neighbors_of.row_calls == 3 * CUDA_MAX_BLOCKS
+
+
+@pytest.mark.parametrize("block_bytes", [None, 64 << 10])
+def test_scoring_rows_are_the_whole_forward_bit_for_bit_a_block_at_a_time(block_bytes):
+    rows, width, out_width = 1024, 64, 32
+    gen = torch.Generator().manual_seed(0)
+    ego = torch.randn(rows, width, generator=gen)
+    w1, w2 = (torch.randn(out_width, width, generator=gen) / 8 for _ in range(2))
+    b1, b2 = (torch.randn(out_width, generator=gen) / 10 for _ in range(2))
+    neighbors_of = CountingNeighbors()
+    expected = plain(ego, neighbors_of(ego), w1, b1, w2, b2)
+    got = bi_interaction_rows(ego, neighbors_of, w1, b1, w2, b2, SLOPE, block_bytes=block_bytes)
+    assert torch.equal(got, expected)
+    blocks = 1 if block_bytes is None else neighbors_of.row_calls
+    assert neighbors_of.row_calls == blocks and (block_bytes is None or blocks > 4)
+    assert not got.requires_grad
+
+
+@pytest.mark.skipif(MALLINFO2 is None, reason="needs glibc's mallinfo2")
+def test_scoring_rows_hold_no_whole_neighbors_or_pre_activations():
+    # the whole forward holds ego, neighbors, both pre-activations and the output (5 buffers of
+    # [rows, width] at once); a block at a time, the output and a block's temporaries
+    rows, width = 20_000, 64
+    gen = torch.Generator().manual_seed(0)
+    ego = torch.randn(rows, width, generator=gen)
+    w1, w2 = (torch.randn(width, width, generator=gen) / 8 for _ in range(2))
+
+    class Neighbors:
+        def rows(self, x, start, stop):
+            return (x[start:stop] + x[start:stop].roll(1, 0)) * 0.5
+
+    def run():
+        return bi_interaction_rows(ego, Neighbors(), w1, None, w2, None, SLOPE, block_bytes=1 << 20)
+
+    run()  # the first call's one-time allocations (BLAS buffers) stay: not the op's
+    with HeapPeak() as heap:
+        run()
+    buffers = (heap.peak - heap.start) / (rows * width * 4)
+    assert 1 <= buffers < 1.5, buffers

@@ -113,6 +113,8 @@ class BiInteractionLayer(CompressedModule):
         first `num_targets` are its targets, and only those get an output; backward recomputes the
         neighbors from the stored sources."""
         c = self.compression
+        if num_targets is None and not torch.is_grad_enabled():
+            return self._scoring_forward(ego, graph, attention)
         neighbors = graph(ego, attention)
         sources, neighbors_of = None, _Propagation(graph, attention)
         if num_targets is not None:
@@ -134,6 +136,24 @@ class BiInteractionLayer(CompressedModule):
             sources=sources,
         )
         del neighbors  # a whole-graph tensor: not held through the dropout and normalization
+        out = ops.dropout(out, self.dropout, self.training, config=c)
+        return out, ops.l2_normalize(out, dim=-1, config=c)
+
+    def _scoring_forward(self, ego, graph: CSRGraph, attention: torch.Tensor):
+        """The whole-graph forward without gradient (`propagate()` for scoring): the aggregator a
+        block of rows at a time (`ops.bi_interaction_rows`; no whole neighbor vectors or
+        pre-activations), then the same dropout and normalization."""
+        out = ops.bi_interaction_rows(
+            ego,
+            _Propagation(graph, attention),
+            self.sum_linear.weight,
+            self.sum_linear.bias,
+            self.product_linear.weight,
+            self.product_linear.bias,
+            self.negative_slope,
+            block_bytes=self.block_bytes,
+        )
+        c = self.compression
         out = ops.dropout(out, self.dropout, self.training, config=c)
         return out, ops.l2_normalize(out, dim=-1, config=c)
 

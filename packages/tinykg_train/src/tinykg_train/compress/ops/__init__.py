@@ -9,7 +9,7 @@ uncompressed; `recomputed` saves a small subgraph's inputs only and runs it agai
 """
 
 from tinykg_train.compress.ops.activations import dropout, leaky_relu, relu
-from tinykg_train.compress.ops.bi_interaction import bi_interaction
+from tinykg_train.compress.ops.bi_interaction import bi_interaction, bi_interaction_rows
 from tinykg_train.compress.ops.distance import squared_distance, translation_scores
 from tinykg_train.compress.ops.elementwise import mul, score_margin
 from tinykg_train.compress.ops.embedding import embedding
@@ -23,6 +23,7 @@ from tinykg_train.compress.ops.softmax import edge_softmax
 
 __all__ = [
     "bi_interaction",
+    "bi_interaction_rows",
     "dropout",
     "edge_softmax",
     "embedding",

@@ -223,6 +223,44 @@ class CompressedBiInteraction(torch.autograd.Function):
         )
 
 
+#: Floats of one row of `bi_interaction_rows`' block temporaries, per input and output width: the
+#: neighbor rows and `ego * neighbors` (inputs), both pre-activations and two LeakyReLUs (outputs).
+_INFERENCE_TEMPORARIES = (2, 4)
+
+
+@torch.no_grad()
+def bi_interaction_rows(
+    ego: torch.Tensor,
+    neighbors_of: Any,
+    sum_weight: torch.Tensor,
+    sum_bias: torch.Tensor | None,
+    product_weight: torch.Tensor,
+    product_bias: torch.Tensor | None,
+    negative_slope: float = 0.2,
+    *,
+    block_bytes: int | None = None,
+) -> torch.Tensor:
+    """`bi_interaction(ego, neighbors_of(ego), ...)` without gradient (scoring), computed a block
+    of rows at a time: the neighbor vectors (`neighbors_of.rows(ego, start, stop)`), `ego *
+    neighbors` and the two pre-activations are never whole-graph tensors. Of `[nodes, width]` it
+    holds `ego` and the output; the whole forward held five. On the CPU the same bits as the
+    whole op (row-wise steps; matrix products on blocks of at least `MIN_MATMUL_ROWS` rows)."""
+    rows, width = ego.shape
+    out_width = sum_weight.shape[0]
+    per_input, per_output = _INFERENCE_TEMPORARIES
+    row_bytes = (per_input * width + per_output * out_width) * ego.element_size()
+    budget = device_budget(block_bytes, ego.device, rows * row_bytes)
+    out = ego.new_empty(rows, out_width)
+    slope = float(negative_slope)
+    for a, b in spans(rows, row_bytes, budget, MIN_MATMUL_ROWS):
+        block = ego[a:b]
+        neighbors = neighbors_of.rows(ego, a, b)
+        out[a:b] = _plain(
+            block, neighbors, sum_weight, sum_bias, product_weight, product_bias, slope
+        )
+    return out
+
+
 def bi_interaction(
     ego: torch.Tensor,
     neighbors: torch.Tensor,

@@ -71,7 +71,7 @@ def l2_normalize(
     x: torch.Tensor, dim: int = -1, eps: float = 1e-12, *, config: CompressionConfig
 ) -> torch.Tensor:
     """`F.normalize(x, p=2, dim=dim, eps=eps)`; with `config.bits < 32` the output is saved compressed
-    (per `config.for_normalized()`)."""
-    if not config.enabled:
+    (per `config.for_normalized()`); without gradient (scoring) nothing is saved or compressed."""
+    if not config.enabled or not torch.is_grad_enabled():
         return F.normalize(x, p=2.0, dim=dim, eps=eps)
     return apply_compressed(L2Normalize, x, dim, eps, config)
