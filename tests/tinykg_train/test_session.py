@@ -30,16 +30,24 @@ def test_the_model_its_layers_and_the_hooks_use_the_identical_compression_object
     assert len(holders) == 1 + 2  # the model and its two layers
     assert all(m.compression is model.compression for m in holders)
 
-    given = []
-    real = compress.compress_saved_tensors
+    given, scoped = [], []
+    real, real_scope = compress.compress_saved_tensors, compress.through_ops_only
 
     def recording(config, model=None):
         given.append(config)
         return real(config, model)
 
+    def recording_scope(model):
+        scoped.append(model)
+        return real_scope(model)
+
     monkeypatch.setattr(compress, "compress_saved_tensors", recording)
-    train_epoch(session, 0)
-    assert len(given) == 4  # two CF and two KG steps, each in its own hooks block
+    monkeypatch.setattr(compress, "through_ops_only", recording_scope)
+    train_epoch(session, 0)  # KGAT saves through its ops: its steps need no hooks
+    assert given == [] and scoped == [model] * 4  # two CF and two KG steps, each its own block
+    monkeypatch.setattr(type(model), "saves_through_ops", False)
+    train_epoch(session, 1)
+    assert len(given) == 4  # the hooks, given the model's own config
     assert all(config is model.compression for config in given)
 
     wider = dataclasses.replace(model.compression, bits=4)

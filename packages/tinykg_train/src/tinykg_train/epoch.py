@@ -49,11 +49,13 @@ def saving(session: Session, phase: str) -> contextlib.ExitStack:
     """How one step of `phase` stores what autograd saves: compressed at the run's widths (each
     site's own under `bits: auto`), nothing quantized in a phase of `exact_phases`. A fresh
     context per step (an ExitStack is not reusable)."""
-    from tinykg_train.compress import compress_saved_tensors
+    from tinykg_train.compress import compress_saved_tensors, through_ops_only
     from tinykg_train.compress.adaptive import sites
 
     stack = contextlib.ExitStack()
-    if session.config.compressed:
+    if session.config.compressed and getattr(session.model, "saves_through_ops", False):
+        stack.enter_context(through_ops_only(session.model))  # its ops compress what they save
+    elif session.config.compressed:
         stack.enter_context(compress_saved_tensors(session.compression, session.model))
     if session.precision is not None:  # `bits: auto`: the phase's chosen widths
         stack.enter_context(session.precision.applying(phase))

@@ -3,7 +3,7 @@ import torch
 
 from tinykg_train.compress import ActivationMeter, CompressionConfig
 from tinykg_train.compress.ops import edge_softmax
-from tinykg_train.compress.ops.softmax import softmax_forward
+from tinykg_train.compress.ops.edge_softmax import softmax_forward
 
 ALL_BITS = (32, 8, 4, 2, 1)
 NUM_NODES, EDGES = 50, 1200

@@ -5,7 +5,8 @@
   relu, leaky_relu, dropout); `modules`: thin nn.Module wrappers.
 - `compress_saved_tensors(config)`: compress whatever else autograd saves (saved-tensor hooks);
   `uncompressed()` keeps what a block saves as it is (a loss's softplus input, whose gradient is
-  nonlinear in it).
+  nonlinear in it); `through_ops_only(model)` the same scope without the hooks, for a model whose
+  every save goes through `ops` (`Recommender.saves_through_ops`).
 - `ActivationMeter(model)`: bytes held for backward in one forward pass, in total and per module.
 
 How it fits together:
@@ -32,6 +33,17 @@ How it fits together:
 from tinykg_train.compress import ops
 from tinykg_train.compress.config import CompressionConfig
 from tinykg_train.compress.meter import ActivationMeter
-from tinykg_train.compress.saved_tensors import compress_saved_tensors, uncompressed
+from tinykg_train.compress.saved_tensors import (
+    compress_saved_tensors,
+    through_ops_only,
+    uncompressed,
+)
 
-__all__ = ["ActivationMeter", "CompressionConfig", "compress_saved_tensors", "ops", "uncompressed"]
+__all__ = [
+    "ActivationMeter",
+    "CompressionConfig",
+    "compress_saved_tensors",
+    "ops",
+    "through_ops_only",
+    "uncompressed",
+]

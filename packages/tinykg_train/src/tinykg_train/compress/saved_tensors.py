@@ -103,6 +103,18 @@ def compress_saved_tensors(
 
 
 @contextlib.contextmanager
+def through_ops_only(model: torch.nn.Module) -> Iterator[None]:
+    """The scope of `compress_saved_tensors(config, model)` without its saved-tensor hooks, for a
+    model whose every activation saved for backward goes through `tinykg_train.compress.ops`
+    (`Recommender.saves_through_ops`): those ops compress what they save themselves, and a tensor
+    saved by several of them is still stored once (the scope's cache); nothing else pays the
+    hooks' Python per saved tensor (index tensors, parameters, ops' own parts). An
+    `ActivationMeter` inside still counts every saved tensor."""
+    with stack.pushed(stack.SavedTensorLayer(), stack.model_storages(model), hooks=False):
+        yield
+
+
+@contextlib.contextmanager
 def uncompressed() -> Iterator[None]:
     """Tensors saved in this block are stored as they are, even inside `compress_saved_tensors`.
 

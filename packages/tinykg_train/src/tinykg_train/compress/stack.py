@@ -173,13 +173,20 @@ def _unpack(stored: Any) -> torch.Tensor:
 
 
 @contextlib.contextmanager
-def pushed(layer: SavedTensorLayer, persistent: set[StorageKey] | None = None) -> Iterator[None]:
-    """Run the block with `layer` on the stack (and the shared hooks installed)."""
+def pushed(
+    layer: SavedTensorLayer, persistent: set[StorageKey] | None = None, *, hooks: bool = True
+) -> Iterator[None]:
+    """Run the block with `layer` on the stack (and the shared hooks installed, unless `hooks` is
+    False: then only the ops' own `compress` calls see the stack, its cache and persistent
+    storages; nothing else autograd saves passes through Python)."""
     state = _state
     state.layers.append(layer)
     state.persistent.append(persistent or set())
     try:
-        with torch.autograd.graph.saved_tensors_hooks(_pack, _unpack):
+        if hooks:
+            with torch.autograd.graph.saved_tensors_hooks(_pack, _unpack):
+                yield
+        else:
             yield
     finally:
         state.layers.pop()

@@ -50,6 +50,11 @@ class Recommender(CompressedModule):
     #: The big embedding tables (rows per user, item, entity or node) the local path reads through
     #: `rows`: what `--sparse-adam` / `--offload-embeddings` train row by row (`scale.RowTables`).
     embedding_tables: tuple[str, ...] = ()
+    #: Whether every activation its training steps save goes through `tinykg_train.compress.ops`
+    #: (each compresses what it saves): the steps then skip `compress_saved_tensors`' hooks and
+    #: their Python per saved tensor (`compress.through_ops_only`), storing the same bytes
+    #: (tests/tinykg_train/models/test_saves_through_ops.py measures both ways).
+    saves_through_ops: bool = False
 
     def __init__(self, dataset, config) -> None:
         super().__init__()
@@ -202,7 +207,9 @@ class EmbeddingRecommender(Recommender):
         neg = ops.embedding(item_vectors, at_neg, config=config)
         loss = bpr_loss(u, pos, neg, config=config)
         if self.l2 > 0:
-            loss = loss + self.l2 * l2_penalty(self.local_ego(users, pos_items, neg_items, rows))
+            loss = loss + self.l2 * l2_penalty(
+                self.local_ego(users, pos_items, neg_items, rows), config=self.compression
+            )
         extra = self.extra_loss()
         return loss if extra is None else loss + extra
 
@@ -216,7 +223,7 @@ class EmbeddingRecommender(Recommender):
         u, pos, neg = self.batch_vectors(users, pos_items, neg_items)
         loss = bpr_loss(u, pos, neg, config=self.compression)
         if ego is not None:
-            loss = loss + self.l2 * l2_penalty(ego)
+            loss = loss + self.l2 * l2_penalty(ego, config=self.compression)
         extra = self.extra_loss()
         return loss if extra is None else loss + extra
 

@@ -55,6 +55,7 @@ class KGAT(EmbeddingRecommender):
     has_kg_phase = True
     EXTRA_DEFAULTS = extra_defaults("kgat")  # pretrained: a BPR-MF run dir to start from
     embedding_tables = ("node_embedding",)
+    saves_through_ops = True  # every save an op of compress.ops: no hooks in its steps
 
     def __init__(self, dataset, config) -> None:
         super().__init__(dataset, config)

@@ -66,6 +66,7 @@ class KGCN(Recommender):
     """Knowledge Graph Convolutional Network with the sum aggregator."""
 
     embedding_tables = ("user_embedding", "entity_embedding")
+    saves_through_ops = True  # every save an op of compress.ops: no hooks in its steps
 
     def __init__(self, dataset, config) -> None:
         super().__init__(dataset, config)
@@ -123,7 +124,7 @@ class KGCN(Recommender):
             ops.gather(scores, 1, relation, config=self.compression) for relation in relations
         )
         weights = [
-            torch.softmax(relation_scores.view(batch, -1, k), dim=-1)
+            ops.softmax(relation_scores.view(batch, -1, k), -1, config=self.compression)
             for relation_scores, k in zip(gathered, fanouts, strict=True)
         ]
         vectors = [entity_rows(e) for e in entities]
@@ -150,7 +151,7 @@ class KGCN(Recommender):
         if self.l2 > 0:
             item_ego = self.entity_embedding.index_select(0, torch.cat([pos_items, neg_items]))
             ego = [self.user_embedding.index_select(0, users), *item_ego.chunk(2)]
-            loss = loss + self.l2 * l2_penalty(ego)
+            loss = loss + self.l2 * l2_penalty(ego, config=self.compression)
         return loss
 
     # -- a step's trees drawn afresh (sampled training) --------------------------------------------
@@ -185,7 +186,7 @@ class KGCN(Recommender):
         if self.l2 > 0:
             item_ego = rows("entity_embedding", torch.cat([pos_items, neg_items]))
             ego = [rows("user_embedding", users), *item_ego.chunk(2)]
-            loss = loss + self.l2 * l2_penalty(ego)
+            loss = loss + self.l2 * l2_penalty(ego, config=self.compression)
         return loss
 
     # -- scoring every item ------------------------------------------------------------------------

@@ -142,6 +142,7 @@ class KGIN(EmbeddingRecommender):
 
     EXTRA_DEFAULTS = extra_defaults("kgin")  # types and allowed values: model_defaults.KNOBS
     embedding_tables = ("user_embedding", "entity_embedding")
+    saves_through_ops = True  # every save an op of compress.ops: no hooks in its steps
 
     def __init__(self, dataset, config) -> None:
         super().__init__(dataset, config)
@@ -191,7 +192,8 @@ class KGIN(EmbeddingRecommender):
 
     def intents(self) -> torch.Tensor:
         """Intent vectors `[n_intents, dim]`: attentive combinations of relation embeddings."""
-        return F.softmax(self.intent_relation_logits, dim=-1) @ self.relation_embedding
+        weights = ops.softmax(self.intent_relation_logits, -1, config=self.compression)
+        return ops.linear(weights, self.relation_embedding.T, config=self.compression)
 
     def propagate(self) -> tuple[torch.Tensor, torch.Tensor]:
         graph = (*self.kg_edges(), self.ui_graph, self.interaction_weights())

@@ -191,7 +191,7 @@ class RelationalPathLayer(CompressedModule):
     def user_update(self, user, entity, queries, intents, ui_graph, ui_values) -> torch.Tensor:
         c = self.compression
         item_mean = ui_graph(entity, ui_values)
-        preference = torch.softmax(ops.linear(user, queries, config=c), dim=1)  # beta(u, p)
+        preference = ops.softmax(ops.linear(user, queries, config=c), 1, config=c)  # beta(u, p)
         intent_mix = ops.linear(preference, intents.T, config=c)
         return ops.mul(item_mean, intent_mix, config=c) + item_mean
 
@@ -231,7 +231,8 @@ class SumAggregator(CompressedModule):
         self.compression = compression
 
     def activation(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(x) if self.last else ops.relu(x, config=self.compression)
+        c = self.compression
+        return ops.tanh(x, config=c) if self.last else ops.relu(x, config=c)
 
     def forward(self, self_vectors, neighbor_vectors, weights) -> torch.Tensor:
         c = self.compression

@@ -45,6 +45,7 @@ class LightGCN(EmbeddingRecommender):
 
     follows_kg = False
     embedding_tables = ("embedding",)
+    saves_through_ops = True  # every save an op of compress.ops: no hooks in its steps
 
     def __init__(self, dataset, config) -> None:
         super().__init__(dataset, config)

@@ -1,7 +1,7 @@
 """Autograd ops with an exact forward that save compressed activations for backward.
 
 Every op takes `config=` (a `CompressionConfig`). With `config.bits == 32` the elementwise ops,
-`linear`, `embedding`, `gather`, `score_margin`, `l2_normalize`, `squared_distance`, `translation_scores`,
+`linear`, `embedding`, `gather`, `score_margin`, `sum_of_squares`, `tanh`, `softmax`, `l2_normalize`, `squared_distance`, `translation_scores`,
 `recomputed` and `bi_interaction` (KGAT's aggregator, fused so that it saves only its two factors)
 are the plain torch ops; `spmm` and `edge_softmax` (which torch lacks) and `grouped_linear` (whose
 plain autograd would be slow) are Functions that save the minimum their gradients need,
@@ -11,15 +11,16 @@ uncompressed; `recomputed` saves a small subgraph's inputs only and runs it agai
 from tinykg_train.compress.ops.activations import dropout, leaky_relu, relu
 from tinykg_train.compress.ops.bi_interaction import bi_interaction, bi_interaction_rows
 from tinykg_train.compress.ops.distance import squared_distance, translation_scores
-from tinykg_train.compress.ops.elementwise import mul, score_margin
+from tinykg_train.compress.ops.edge_softmax import edge_softmax
+from tinykg_train.compress.ops.elementwise import mul, score_margin, sum_of_squares
 from tinykg_train.compress.ops.embedding import embedding
 from tinykg_train.compress.ops.gather import gather
 from tinykg_train.compress.ops.grouped_linear import grouped_linear
 from tinykg_train.compress.ops.linear import linear
 from tinykg_train.compress.ops.message_passing import spmm
 from tinykg_train.compress.ops.normalize import l2_normalize
+from tinykg_train.compress.ops.output_saving import softmax, tanh
 from tinykg_train.compress.ops.recompute import recomputed
-from tinykg_train.compress.ops.softmax import edge_softmax
 
 __all__ = [
     "bi_interaction",
@@ -36,7 +37,10 @@ __all__ = [
     "recomputed",
     "relu",
     "score_margin",
+    "softmax",
     "spmm",
     "squared_distance",
+    "sum_of_squares",
+    "tanh",
     "translation_scores",
 ]

@@ -1,5 +1,5 @@
 """`mul`: element-wise product of two activations (KGAT's bi-interaction e_h * e_N); `score_margin`:
-a BPR margin `<u, pos> - <u, neg>` per row.
+a BPR margin `<u, pos> - <u, neg>` per row; `sum_of_squares` (an L2 penalty's).
 
 Each factor is needed for the other's gradient: with `config.bits < 32` both are saved compressed
 (and only the one whose partner needs a gradient). Broadcasting is supported by `mul`: gradients are
@@ -37,6 +37,26 @@ class CompressedMul(torch.autograd.Function):
         grad_a = (grad * b).sum_to_size(a_shape) if ctx.needs_input_grad[0] else None
         grad_b = (grad * a).sum_to_size(b_shape) if ctx.needs_input_grad[1] else None
         return grad_a, grad_b, None
+
+
+class CompressedSumOfSquares(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, config: CompressionConfig) -> torch.Tensor:
+        save(ctx, compress(x, config))
+        return x.pow(2).sum()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        (x,) = load(ctx)
+        return grad * (2.0 * x), None  # torch's pow backward (exponent 2) of the expanded sum
+
+
+def sum_of_squares(x: torch.Tensor, *, config: CompressionConfig) -> torch.Tensor:
+    """`x.pow(2).sum()`; with `config.bits < 32` `x` is saved compressed (rows gathered from a
+    parameter, as an L2 penalty's are, as their indices: exactly)."""
+    if not config.enabled:
+        return x.pow(2).sum()
+    return apply_compressed(CompressedSumOfSquares, x, config)
 
 
 def mul(a: torch.Tensor, b: torch.Tensor, *, config: CompressionConfig) -> torch.Tensor:

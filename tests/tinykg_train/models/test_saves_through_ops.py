@@ -1,0 +1,95 @@
+"""Models with `saves_through_ops` train without `compress_saved_tensors`' hooks (the trainer then
+enters `through_ops_only`): every activation their steps save goes through an op of
+`tinykg_train.compress.ops`, so the step stores the same bytes, per module, as under the hooks, and
+computes the same loss and the same gradients, bit for bit (the same rounding draws in the same
+order). Whole-graph CF steps, KGAT's KG step, and the sampled local path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from kg_data import CKG, BPRBatches, KGBatches
+from tinykg_train.compress import ActivationMeter, compress_saved_tensors, stack, through_ops_only
+from tinykg_train.models import MODELS, build_model
+
+FLAGGED = sorted(name for name, cls in MODELS.items() if cls.saves_through_ops)
+SAMPLED = [name for name in ("kgat", "kgin", "lightgcn", "kgcn") if name in FLAGGED]
+
+
+def test_every_built_in_model_saves_through_ops():
+    assert sorted(["bprmf", "kgat", "kgcn", "kgin", "lightgcn"]) == FLAGGED
+
+
+def one_step(model, compute, scope):
+    """Loss, gradients and bytes held per module of one step run inside `scope(model)`."""
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(7)  # the rounding draws (and dropout) of both runs
+    with scope(model), ActivationMeter(model) as meter:
+        loss = compute()
+    held = meter.by_module()
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return loss.detach(), grads, held
+
+
+def with_hooks(model):
+    return compress_saved_tensors(model.compression, model)
+
+
+def assert_same_step(model, compute):
+    loss, grads, held = one_step(model, compute, with_hooks)
+    ops_loss, ops_grads, ops_held = one_step(model, compute, through_ops_only)
+    assert held and sum(held.values()) > 0
+    assert ops_held == held  # nothing saved outside the ops' own compression
+    assert torch.equal(ops_loss, loss)
+    assert ops_grads.keys() == grads.keys() and grads
+    for name, grad in grads.items():
+        assert torch.equal(ops_grads[name], grad), name
+
+
+def make_model(name, dataset, make_config):
+    torch.manual_seed(0)
+    model = build_model(name, dataset, make_config(model=name, bits=2, dropout=0.1))
+    model.train()
+    model.on_epoch_start(0)
+    return model
+
+
+@pytest.mark.parametrize("name", FLAGGED)
+def test_a_whole_graph_step_stores_and_computes_the_same_without_the_hooks(
+    name, tiny_dataset, make_config
+):
+    model = make_model(name, tiny_dataset, make_config)
+    batch = next(iter(BPRBatches(tiny_dataset, 128, seed=0).epoch(0)))
+    assert_same_step(model, lambda: model.loss(*batch))
+    if model.has_kg_phase:
+        kg_batch = next(iter(KGBatches(tiny_dataset, 128, seed=0).epoch(0)))
+        assert_same_step(model, lambda: model.kg_loss(*kg_batch))
+
+
+@pytest.mark.parametrize("name", SAMPLED)
+def test_a_sampled_step_stores_and_computes_the_same_without_the_hooks(
+    name, tiny_dataset, make_config
+):
+    model = make_model(name, tiny_dataset, make_config)
+    batch = next(iter(BPRBatches(tiny_dataset, 128, seed=0).epoch(0)))
+    users, pos, neg = (t.numpy() for t in batch)
+    sampler = model.step_sampler(CKG.from_dataset(tiny_dataset), (3, 3))
+    graph = sampler.sample(users, pos, neg, np.random.default_rng(0))
+    assert_same_step(model, lambda: model.local_loss(*batch, graph))
+
+
+def test_through_ops_only_installs_no_saved_tensor_hooks(monkeypatch, tiny_dataset, make_config):
+    model = make_model("lightgcn", tiny_dataset, make_config)
+    packed = []
+    monkeypatch.setattr(stack, "_pack", lambda t: packed.append(t) or t.detach())
+    x = torch.randn(300, requires_grad=True)
+    with through_ops_only(model):
+        assert stack.active()  # the ops' compression cache is on
+        x.exp().sum().backward()
+    assert packed == []
+    with with_hooks(model):
+        x.exp().sum().backward()
+    assert packed
