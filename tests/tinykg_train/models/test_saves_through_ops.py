@@ -93,3 +93,46 @@ def test_through_ops_only_installs_no_saved_tensor_hooks(monkeypatch, tiny_datas
     with with_hooks(model):
         x.exp().sum().backward()
     assert packed
+
+
+MODES = {
+    "whole": {},
+    "sampled": {"sampler": "neighbor", "fanouts": [3, 3]},
+    "offloaded": {"sampler": "neighbor", "fanouts": [3, 3], "offload_embeddings": True},
+    "partitioned": {"partitions": 2},
+}
+
+
+def trained_epoch(data, out, model_name, mode, monkeypatch, hooks: bool):
+    """One trainer epoch (two CF and, for KGAT, two KG steps) of a fresh seeded session: its loss
+    and the bytes its first CF step held, per module."""
+    from tinykg_train.config import TrainConfig
+    from tinykg_train.epoch import train_epoch
+    from tinykg_train.session import open_session
+
+    with monkeypatch.context() as patch:
+        if hooks:
+            patch.setattr(MODELS[model_name], "saves_through_ops", False)
+        config = TrainConfig.for_model(
+            model_name, data=str(data), out=str(out), bits=2, embed_dim=8, n_layers=2,
+            batch_size=64, kg_batch_size=64, max_batches_per_epoch=2, device="cpu", seed=3,
+            **MODES[mode],
+        )  # fmt: skip
+        session = open_session(config, torch.device("cpu"))
+        row = train_epoch(session, 0)
+    return row["train_loss"], row.get("kg_loss"), dict(session.state.activation_by_module)
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+@pytest.mark.parametrize("model_name", ["kgat", "lightgcn"])
+def test_the_trainers_modes_train_the_same_without_the_hooks(
+    tiny_dataset_dir, tmp_path, monkeypatch, model_name, mode
+):
+    with_hooks_run = trained_epoch(
+        tiny_dataset_dir, tmp_path / "hooks", model_name, mode, monkeypatch, hooks=True
+    )
+    ops_run = trained_epoch(
+        tiny_dataset_dir, tmp_path / "ops", model_name, mode, monkeypatch, hooks=False
+    )
+    assert with_hooks_run[2] and sum(with_hooks_run[2].values()) > 0
+    assert ops_run == with_hooks_run  # the same losses, bit for bit, and the same bytes held

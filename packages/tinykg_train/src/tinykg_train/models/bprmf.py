@@ -16,6 +16,7 @@ class BPRMF(EmbeddingRecommender):
     and learning crawls: on ml-100k (time split, batch 2048, lr 1e-3) valid Recall@20 after 5
     epochs was 0.036 against 0.123 with this start (test after 20: 0.160 against 0.166).
     """
+
     saves_through_ops = True  # every save an op of compress.ops: no hooks in its steps
 
     def __init__(self, dataset, config) -> None:
