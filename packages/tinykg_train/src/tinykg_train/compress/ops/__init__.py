@@ -2,10 +2,11 @@
 
 Every op takes `config=` (a `CompressionConfig`). With `config.bits == 32` the elementwise ops,
 `linear`, `embedding`, `gather`, `score_margin`, `sum_of_squares`, `tanh`, `softmax`,
-`l2_normalize`, `squared_distance`, `translation_scores`, `recomputed` and `bi_interaction`
-(KGAT's aggregator, fused so that it saves only its two factors) are the plain torch ops; `spmm` and `edge_softmax` (which torch lacks) and `grouped_linear` (whose
-plain autograd would be slow) are Functions that save the minimum their gradients need,
-uncompressed; `recomputed` saves a small subgraph's inputs only and runs it again in backward.
+`l2_normalize`, `squared_distance`, `translation_scores`, `recomputed` and `bi_interaction` (KGAT's
+aggregator, fused so that it saves only its two factors) are the plain torch ops; `spmm` and
+`edge_softmax` (which torch lacks) and `grouped_linear` (whose plain autograd would be slow) are
+Functions that save the minimum their gradients need, uncompressed; `recomputed` saves a small
+subgraph's inputs only and runs it again in backward.
 """
 
 from tinykg_train.compress.ops.activations import dropout, leaky_relu, relu
