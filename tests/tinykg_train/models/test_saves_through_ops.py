@@ -6,6 +6,8 @@ order). Whole-graph CF steps, KGAT's KG step, and the sampled local path."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -81,6 +83,29 @@ def test_a_sampled_step_stores_and_computes_the_same_without_the_hooks(
     assert_same_step(model, lambda: model.local_loss(*batch, graph))
 
 
+class StrayLightGCN(MODELS["lightgcn"]):
+    """A user's subclass whose loss adds a plain torch op that saves an activation (exp saves its
+    output): the flag it inherits is wrong for it."""
+
+    def loss(self, users, pos_items, neg_items):
+        stray = torch.exp(self.embedding[:300] * 1.0).sum()
+        return super().loss(users, pos_items, neg_items) + 0.0 * stray
+
+
+def test_a_measured_step_that_saves_outside_the_ops_turns_the_flag_off(tiny_dataset, make_config):
+    torch.manual_seed(0)
+    model = StrayLightGCN(tiny_dataset, make_config(model="lightgcn", bits=2))
+    batch = next(iter(BPRBatches(tiny_dataset, 128, seed=0).epoch(0)))
+    with through_ops_only(model):  # unmeasured: nothing sees the stray save
+        model.loss(*batch).backward()
+    assert model.saves_through_ops
+    with pytest.warns(RuntimeWarning, match=r"StrayLightGCN saved 1 activation\(s\) outside"):
+        with through_ops_only(model), ActivationMeter(model):
+            loss = model.loss(*batch)
+        loss.backward()
+    assert model.saves_through_ops is False and StrayLightGCN.saves_through_ops is True
+
+
 def test_through_ops_only_installs_no_saved_tensor_hooks(monkeypatch, tiny_dataset, make_config):
     model = make_model("lightgcn", tiny_dataset, make_config)
     packed = []
@@ -119,7 +144,12 @@ def trained_epoch(data, out, model_name, mode, monkeypatch, hooks: bool):
             **MODES[mode],
         )  # fmt: skip
         session = open_session(config, torch.device("cpu"))
-        row = train_epoch(session, 0)
+        with warnings.catch_warnings():
+            warnings.filterwarnings(  # no stray save in a built-in model
+                "error", message=".*outside tinykg_train.compress.ops", category=RuntimeWarning
+            )
+            row = train_epoch(session, 0)
+        assert session.model.saves_through_ops is not hooks
     return row["train_loss"], row.get("kg_loss"), dict(session.state.activation_by_module)
 
 

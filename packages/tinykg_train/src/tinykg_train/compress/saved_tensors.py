@@ -15,6 +15,7 @@ be recognised from the tensor: near zero their gradient may take the other branc
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -41,16 +42,20 @@ class Compressor(stack.SavedTensorLayer):
     def __init__(self, config: CompressionConfig) -> None:
         self.config = config
 
-    def encode(self, tensor: torch.Tensor) -> Any:
+    def would_compress(self, tensor: torch.Tensor) -> bool:
+        """Whether `encode` stores `tensor` in another form (packed or quantized)."""
         if not self.config.enabled or tensor.layout != torch.strided:
+            return False
+        if tensor.dtype == torch.bool:
+            return tensor.numel() >= max(self.config.min_numel, 1)
+        return worth_compressing(tensor, self.config)
+
+    def encode(self, tensor: torch.Tensor) -> Any:
+        if not self.would_compress(tensor):
             return tensor
         if tensor.dtype == torch.bool:
-            if tensor.numel() < max(self.config.min_numel, 1):
-                return tensor
             return stack.cached("mask", tensor, PackedMask.pack)
-        if worth_compressing(tensor, self.config):
-            return compress(tensor, self.config, exact_positives=_is_relu_output(tensor))
-        return tensor
+        return compress(tensor, self.config, exact_positives=_is_relu_output(tensor))
 
 
 def _register_module_tensors(module: torch.nn.Module, args: Any) -> None:
@@ -102,16 +107,46 @@ def compress_saved_tensors(
         yield
 
 
+class _OpsOnly(stack.SavedTensorLayer):
+    """`through_ops_only`'s layer: it stores nothing differently, and while a meter's hooks run (a
+    measured step) it notes each activation saved outside the compressed ops that
+    `compress_saved_tensors` would have compressed (stored as it is here)."""
+
+    def __init__(self, config: CompressionConfig) -> None:
+        self.config = config
+        self.strays: list[str] = []
+
+    def observe(self, tensor: torch.Tensor, stored: Any) -> None:
+        if stack.in_compressed_op() or stack.encoder_active() or stack.is_persistent(tensor):
+            return
+        if Compressor(self.config).would_compress(tensor):
+            node = type(tensor.grad_fn).__name__ if tensor.grad_fn is not None else "a leaf"
+            self.strays.append(f"{tuple(tensor.shape)} {tensor.dtype} from {node}")
+
+
 @contextlib.contextmanager
 def through_ops_only(model: torch.nn.Module) -> Iterator[None]:
-    """The scope of `compress_saved_tensors(config, model)` without its saved-tensor hooks, for a
-    model whose every activation saved for backward goes through `tinykg_train.compress.ops`
-    (`Recommender.saves_through_ops`): those ops compress what they save themselves, and a tensor
-    saved by several of them is still stored once (the scope's cache); nothing else pays the
-    hooks' Python per saved tensor (index tensors, parameters, ops' own parts). An
-    `ActivationMeter` inside still counts every saved tensor."""
-    with stack.pushed(stack.SavedTensorLayer(), stack.model_storages(model), hooks=False):
+    """The scope of `compress_saved_tensors(model.compression, model)` without its saved-tensor
+    hooks, for a model whose every activation saved for backward goes through
+    `tinykg_train.compress.ops` (`Recommender.saves_through_ops`): those ops compress what they save
+    themselves, and a tensor saved by several of them is still stored once (the scope's cache);
+    nothing else pays the hooks' Python per saved tensor (index tensors, parameters, ops' own
+    parts). An `ActivationMeter` inside still counts every saved tensor, and if one of them was an
+    activation saved outside the ops (a subclass's extra torch op), the model's
+    `saves_through_ops` is turned off with a warning: its later steps use the hooks."""
+    layer = _OpsOnly(model.compression)
+    with stack.pushed(layer, stack.model_storages(model), hooks=False):
         yield
+    if layer.strays and getattr(model, "saves_through_ops", False):
+        model.saves_through_ops = False
+        warnings.warn(
+            f"{type(model).__name__} saved {len(layer.strays)} activation(s) outside "
+            f"tinykg_train.compress.ops ({layer.strays[0]}), stored uncompressed: its later steps "
+            "run inside compress_saved_tensors. Route the op through compress.ops, or set "
+            "saves_through_ops = False on the class",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 @contextlib.contextmanager

@@ -146,6 +146,16 @@ class _Precompressed:
 _PRECOMPRESSED = _Precompressed()
 
 
+def in_compressed_op() -> bool:
+    """True inside an op of `tinykg_train.compress.ops` (its saves are compressed already)."""
+    return bool(_state.precompressed)
+
+
+def encoder_active() -> bool:
+    """True while some layer on the stack encodes (a `compress_saved_tensors` or `uncompressed`)."""
+    return any(layer.encodes for layer in _state.layers)
+
+
 def precompressed() -> _Precompressed:
     """Mark tensors saved in this block as already compressed by an op: store them as they are.
     (A plain context object, not a generator: every compressed op enters one.)"""
