@@ -26,13 +26,14 @@ import argparse
 import contextlib
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
 from benchmarks._datasets import DatasetUnavailable, resolve_dataset
 from benchmarks.bench_memory import OneBatch, open_step_session
+from tinykg_train.compress.blocks import budgets_as_on
 from tinykg_train.compression_defaults import BITS
 from tinykg_train.config import MODELS
 
@@ -76,30 +77,6 @@ def peaks_by_node(events) -> list[tuple[str, int]]:
         if live > best.get(node, (-1, 0))[0]:
             best[node] = (live, when)
     return [(node, peak) for node, (peak, _) in sorted(best.items(), key=lambda kv: kv[1][1])]
-
-
-@contextlib.contextmanager
-def gpu_blocks() -> Iterator[None]:
-    """Whole-graph ops cut into a GPU's blocks (`compress.blocks.device_budget` as on CUDA)."""
-    import importlib
-
-    from tinykg_train.compress import blocks
-
-    def as_on_cuda(block_bytes, device, total_bytes):
-        return blocks.device_budget(block_bytes, torch.device("cuda"), total_bytes)
-
-    users = [
-        importlib.import_module(f"tinykg_train.compress.ops.{name}")
-        for name in ("bi_interaction", "normalize")
-    ]
-    saved = [module.device_budget for module in users]
-    try:
-        for module in users:
-            module.device_budget = as_on_cuda
-        yield
-    finally:
-        for module, original in zip(users, saved, strict=True):
-            module.device_budget = original
 
 
 def step_peaks(data: Path, model: str, bits: int) -> list[tuple[str, int]]:
@@ -167,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 2
     torch.set_num_threads(1)
-    with gpu_blocks() if args.gpu_blocks else contextlib.nullcontext():
+    with budgets_as_on("cuda") if args.gpu_blocks else contextlib.nullcontext():
         peaks = step_peaks(data, args.model, args.bits)
     for line in report(args.model, args.bits, peaks, args.rows):
         print(line)

@@ -3,6 +3,7 @@ one line and exit status 2."""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,26 @@ def test_a_kgat_step_lists_its_backward_nodes_largest_first(tiny_dataset_dir: Pa
     values = [float(line.split()[0]) for line in lines[1:]]
     assert "CompressedBiInteractionBackward" in names and "L2NormalizeBackward" in names
     assert values == sorted(values, reverse=True) and values[0] > 0
+
+
+def test_gpu_blocks_cut_the_step_as_a_gpu_would(tiny_dataset_dir: Path, monkeypatch, capsys):
+    from tinykg_train.compress import blocks
+
+    budgets = []
+    real = blocks.device_budget
+
+    def recording(block_bytes, device, total_bytes):
+        budgets.append((real(block_bytes, device, total_bytes), blocks._budget_device))
+        return budgets[-1][0]
+
+    monkeypatch.setattr(blocks, "device_budget", recording)
+    bi_module = importlib.import_module("tinykg_train.compress.ops.bi_interaction")  # not the op
+    monkeypatch.setattr(bi_module, "device_budget", recording)
+    argv = ["--dataset", str(tiny_dataset_dir), "--model", "kgat", "--gpu-blocks"]
+    assert main(argv) == 0
+    assert budgets and all(device == "cuda" for _, device in budgets)
+    assert blocks._budget_device is None  # restored after the run
+    assert "CompressedBiInteractionBackward" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

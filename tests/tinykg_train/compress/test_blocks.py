@@ -9,6 +9,7 @@ from tinykg_train.compress.blocks import (
     BLOCK_BYTES,
     CUDA_MAX_BLOCKS,
     MIN_MATMUL_ROWS,
+    budgets_as_on,
     device_budget,
     spans,
 )
@@ -31,3 +32,11 @@ def test_on_cuda_a_large_graph_takes_at_most_the_cap_of_blocks():
 def test_on_cuda_a_small_graph_keeps_the_default_and_a_given_budget_is_kept():
     assert device_budget(None, CUDA, 3 * BLOCK_BYTES) == BLOCK_BYTES
     assert device_budget(1 << 20, CUDA, 100 * BLOCK_BYTES) == 1 << 20
+
+
+def test_budgets_as_on_cuda_size_cpu_blocks_as_a_gpu_would_inside_the_block_only():
+    total = 100 * BLOCK_BYTES
+    with budgets_as_on("cuda"):
+        assert device_budget(None, CPU, total) == device_budget(None, CUDA, total) > BLOCK_BYTES
+        assert device_budget(1 << 20, CPU, total) == 1 << 20  # a given budget is kept
+    assert device_budget(None, CPU, total) == BLOCK_BYTES

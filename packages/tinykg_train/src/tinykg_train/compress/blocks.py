@@ -13,6 +13,7 @@ difference. The numbers stay the same bits, for two reasons the ops that use blo
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 
 import torch
@@ -34,12 +35,27 @@ def block_budget(block_bytes: int | None) -> int:
     return BLOCK_BYTES if block_bytes is None else block_bytes
 
 
+_budget_device: str | None = None  # `budgets_as_on`'s device type, else None
+
+
+@contextlib.contextmanager
+def budgets_as_on(device_type: str) -> Iterator[None]:
+    """Inside the block, `device_budget` sizes blocks as on `device_type` whatever the tensors'
+    device: a CPU run then cuts whole-graph work as a GPU would (`benchmarks.peak_by_node`)."""
+    global _budget_device
+    before, _budget_device = _budget_device, device_type
+    try:
+        yield
+    finally:
+        _budget_device = before
+
+
 def device_budget(block_bytes: int | None, device: torch.device, total_bytes: int) -> int:
     """`block_budget(block_bytes)`, except that on CUDA the default (`block_bytes` None) grows to
     `total_bytes / CUDA_MAX_BLOCKS` when that is larger: at most `CUDA_MAX_BLOCKS` blocks there. A
     given `block_bytes` is kept on every device."""
     budget = block_budget(block_bytes)
-    if block_bytes is not None or device.type != "cuda":
+    if block_bytes is not None or (_budget_device or device.type) != "cuda":
         return budget
     return max(budget, -(-total_bytes // CUDA_MAX_BLOCKS))
 

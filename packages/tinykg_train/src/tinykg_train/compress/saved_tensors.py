@@ -34,6 +34,15 @@ def _is_relu_output(tensor: torch.Tensor) -> bool:
     return type(tensor.grad_fn).__name__ in _SIGN_READING_OUTPUTS
 
 
+def hooks_would_compress(tensor: torch.Tensor, config: CompressionConfig) -> bool:
+    """Whether `compress_saved_tensors` stores `tensor` in another form (bit-packed or quantized)."""
+    if not config.enabled or tensor.layout != torch.strided:
+        return False
+    if tensor.dtype == torch.bool:
+        return tensor.numel() >= max(config.min_numel, 1)
+    return worth_compressing(tensor, config)
+
+
 class Compressor(stack.SavedTensorLayer):
     """The encoding layer of `compress_saved_tensors` (the innermost one encodes; bits=32: off)."""
 
@@ -42,16 +51,8 @@ class Compressor(stack.SavedTensorLayer):
     def __init__(self, config: CompressionConfig) -> None:
         self.config = config
 
-    def would_compress(self, tensor: torch.Tensor) -> bool:
-        """Whether `encode` stores `tensor` in another form (packed or quantized)."""
-        if not self.config.enabled or tensor.layout != torch.strided:
-            return False
-        if tensor.dtype == torch.bool:
-            return tensor.numel() >= max(self.config.min_numel, 1)
-        return worth_compressing(tensor, self.config)
-
     def encode(self, tensor: torch.Tensor) -> Any:
-        if not self.would_compress(tensor):
+        if not hooks_would_compress(tensor, self.config):
             return tensor
         if tensor.dtype == torch.bool:
             return stack.cached("mask", tensor, PackedMask.pack)
@@ -119,7 +120,7 @@ class _OpsOnly(stack.SavedTensorLayer):
     def observe(self, tensor: torch.Tensor, stored: Any) -> None:
         if stack.in_compressed_op() or stack.encoder_active() or stack.is_persistent(tensor):
             return
-        if Compressor(self.config).would_compress(tensor):
+        if hooks_would_compress(tensor, self.config):
             node = type(tensor.grad_fn).__name__ if tensor.grad_fn is not None else "a leaf"
             self.strays.append(f"{tuple(tensor.shape)} {tensor.dtype} from {node}")
 

@@ -113,49 +113,44 @@ class BiInteractionLayer(CompressedModule):
         first `num_targets` are its targets, and only those get an output; backward recomputes the
         neighbors from the stored sources."""
         c = self.compression
-        if num_targets is None and not torch.is_grad_enabled():
-            return self._scoring_forward(ego, graph, attention)
+        weights = (
+            self.sum_linear.weight,
+            self.sum_linear.bias,
+            self.product_linear.weight,
+            self.product_linear.bias,
+            self.negative_slope,
+        )
+        if (
+            num_targets is None and not torch.is_grad_enabled()
+        ):  # scoring: a block of rows at a time
+            out = ops.bi_interaction_rows(
+                ego, _Propagation(graph, attention), *weights, block_bytes=self.block_bytes
+            )
+        else:
+            out = self._trained_aggregate(ego, graph, attention, num_targets, weights)
+        out = ops.dropout(out, self.dropout, self.training, config=c)
+        return out, ops.l2_normalize(out, dim=-1, config=c)
+
+    def _trained_aggregate(self, ego, graph: CSRGraph, attention, num_targets, weights):
+        """The aggregator with gradient: the neighbors once, the compressed op saving only what its
+        backward cannot rebuild (`ops.bi_interaction`)."""
         neighbors = graph(ego, attention)
         sources, neighbors_of = None, _Propagation(graph, attention)
         if num_targets is not None:
             sources, ego = ego, ego[:num_targets]
         elif stores_neighbors(graph, ego, self.block_bytes):
             neighbors_of = None
-        out = ops.bi_interaction(
+        # neighbors_of None: the neighbors are stored; else recomputed from the stored ego (or
+        # sources). The whole-graph neighbors are dropped on return, before the dropout.
+        return ops.bi_interaction(
             ego,
             neighbors,
-            self.sum_linear.weight,
-            self.sum_linear.bias,
-            self.product_linear.weight,
-            self.product_linear.bias,
-            self.negative_slope,
-            config=c,
-            # None: the neighbors are stored; else recomputed from the stored ego (or sources)
+            *weights,
+            config=self.compression,
             neighbors_of=neighbors_of,
             block_bytes=self.block_bytes,
             sources=sources,
         )
-        del neighbors  # a whole-graph tensor: not held through the dropout and normalization
-        out = ops.dropout(out, self.dropout, self.training, config=c)
-        return out, ops.l2_normalize(out, dim=-1, config=c)
-
-    def _scoring_forward(self, ego, graph: CSRGraph, attention: torch.Tensor):
-        """The whole-graph forward without gradient (`propagate()` for scoring): the aggregator a
-        block of rows at a time (`ops.bi_interaction_rows`; no whole neighbor vectors or
-        pre-activations), then the same dropout and normalization."""
-        out = ops.bi_interaction_rows(
-            ego,
-            _Propagation(graph, attention),
-            self.sum_linear.weight,
-            self.sum_linear.bias,
-            self.product_linear.weight,
-            self.product_linear.bias,
-            self.negative_slope,
-            block_bytes=self.block_bytes,
-        )
-        c = self.compression
-        out = ops.dropout(out, self.dropout, self.training, config=c)
-        return out, ops.l2_normalize(out, dim=-1, config=c)
 
 
 class RelationalPathLayer(CompressedModule):

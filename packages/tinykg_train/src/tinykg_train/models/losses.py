@@ -42,22 +42,17 @@ def softplus_mean(x: torch.Tensor) -> torch.Tensor:
         return F.softplus(x).mean()
 
 
-def l2_penalty(
-    embeddings: Sequence[torch.Tensor], *, config: CompressionConfig | None = None
-) -> torch.Tensor:
+def l2_penalty(embeddings: Sequence[torch.Tensor], *, config: CompressionConfig) -> torch.Tensor:
     """Sum of squared norms / 2, per batch row: `sum_t ||t||^2 / (2 * len(t))` (KGAT, LightGCN).
 
     Chunks that tile one tensor (a loss's one gather, `chunk`ed into users, positives and
     negatives) are squared as that tensor: one saved tensor instead of one per chunk (under
     compression each is stored as the gather's indices and rebuilt in backward, a few dozen
-    microseconds per tensor on a step of a few milliseconds). With `config`, each square goes
-    through `ops.sum_of_squares` (saving what `config` stores, without the hooks).
+    microseconds per tensor on a step of a few milliseconds). Each square is
+    `ops.sum_of_squares` (what `config` stores, without the hooks; `x.pow(2).sum()` at 32 bits).
     """
     batch = embeddings[0].shape[0]
-    if config is None:
-        squares = (t.pow(2).sum() for t in _tiled_bases(embeddings))
-    else:
-        squares = (ops.sum_of_squares(t, config=config) for t in _tiled_bases(embeddings))
+    squares = (ops.sum_of_squares(t, config=config) for t in _tiled_bases(embeddings))
     return sum(squares) / (2 * max(batch, 1))
 
 
