@@ -120,9 +120,8 @@ class BiInteractionLayer(CompressedModule):
             self.product_linear.bias,
             self.negative_slope,
         )
-        if (
-            num_targets is None and not torch.is_grad_enabled()
-        ):  # scoring: a block of rows at a time
+        scoring = num_targets is None and not torch.is_grad_enabled()
+        if scoring:  # no gradient: the aggregator a block of rows at a time
             out = ops.bi_interaction_rows(
                 ego, _Propagation(graph, attention), *weights, block_bytes=self.block_bytes
             )
