@@ -167,3 +167,14 @@ def test_a_block_outside_the_tensor_or_foreign_masks_are_refused():
         leaky_relu_pair_backward_rows(grad, mask, mask, 8, 16)
     with pytest.raises(ValueError, match=r"mask_a must be the 4 uint8 bytes"):
         leaky_relu_pair_backward_rows(grad, mask, mask, 0, 32)
+
+
+@pytest.mark.parametrize("want", [(True, False), (False, True)])
+def test_one_gradient_asked_for_is_the_pair_s_and_the_other_is_none(want, backend: str):
+    shape = (1000, 16)
+    a, b, grad = normal(shape, 10), normal(shape, 11), normal(shape, 12)
+    _, mask_a, mask_b = leaky_relu_pair(a, b, SLOPE, backend=backend)
+    both = leaky_relu_pair_backward(grad, mask_a, mask_b, SLOPE, backend=backend)
+    one = leaky_relu_pair_backward(grad, mask_a, mask_b, SLOPE, backend=backend, want=want)
+    for got, expected, wanted in zip(one, both, want, strict=True):
+        assert torch.equal(got, expected) if wanted else got is None

@@ -34,6 +34,8 @@ def compile_launch(launch):
     for i, (name, arg) in enumerate(zip(launch.kernel.arg_names, launch.args)):
         if isinstance(arg, torch.Tensor):
             signature[name], attrs[(i,)] = "*" + TYPES[arg.dtype], [["tt.divisibility", 16]]
+        elif isinstance(arg, float):
+            signature[name] = "fp32"
         else:
             signature[name] = "i64" if abs(arg) >= 2**31 else "i32"
             if arg % 16 == 0:
@@ -81,6 +83,22 @@ for name, launch in cases.items():
         "fma": len(re.findall(r"\bfma\.rn\.f32", ptx)),
         "div_rn": "div.rn.f32" in ptx,
     }
+
+from tinykg_kernels import triton_planes as planes
+from tinykg_kernels.triton_ops import Launch
+x, mask = torch.zeros(4096 * 64), torch.zeros(4096 * 8, dtype=torch.uint8)
+n, k = x.numel(), mask.numel()
+block = {"BLOCK": planes.BLOCK}
+plane_cases = {
+    "leaky pair [4096,64]": Launch(planes._leaky_pair_kernel, (1,), (x, x, x, mask, mask, n, k, 0.2), block),
+    "leaky pair backward, both": Launch(planes._leaky_pair_backward_kernel, (1,), (x, mask, mask, x, x, n, 0, k, 0.2), {"WANT_A": True, "WANT_B": True, **block}),
+    "leaky pair backward, one": Launch(planes._leaky_pair_backward_kernel, (1,), (x, mask, mask, x, x, n, 4096, k, 0.2), {"WANT_A": False, "WANT_B": True, **block}),
+    "dropout scaled": Launch(planes._dropout_kernel, (1,), (x, x, x, mask, n, k, 1.25), {"SCALED": True, **block}),
+    "dropout backward": Launch(planes._dropout_backward_kernel, (1,), (x, mask, x, n, k, 1.25), block),
+}
+for name, launch in plane_cases.items():
+    ptx = compile_launch(launch)
+    report[name] = {"plane": True, "fma": len(re.findall(r"\bfma\.rn\.f32", ptx))}
 print(json.dumps(report))
 """
 
@@ -96,7 +114,8 @@ def ptx_report() -> dict:
 
 
 def test_every_kernel_variant_compiles_for_sm90(ptx_report):
-    assert len(ptx_report) == 8
+    assert len(ptx_report) == 13
+    assert sum(1 for report in ptx_report.values() if report.get("plane")) == 5
     assert not ptx_report["quantize int4 two-pass [3,100000]"]["single_chunk"]
 
 

@@ -90,6 +90,11 @@ def triton_ops() -> ModuleType:
     return _module("tinykg_kernels.triton_ops")
 
 
+def triton_planes() -> ModuleType:
+    """The Triton kernels of the plane-layout masks (imported on first use, as `triton_ops`)."""
+    return _module("tinykg_kernels.triton_planes")
+
+
 def cpu_ops() -> ModuleType:
     """The CPU loops of the codec and bit masks, native or inductor's (imported on first use: it
     imports `bitmask`, which imports this module)."""

@@ -8,7 +8,8 @@ of `noise != 0` (`planes.py`), where the multiply, a bool conversion and a packi
 op by op; the backward rebuilds the noise from the mask and multiplies in one loop. Values are
 torch's bit for bit (`x * noise`, `grad * noise`). For float32 CPU tensors of 4,096+ elements (a
 whole number of planes) native loops (`native/planes.cpp`, `cpu-native`), or inductor's
-(`cpu-inductor`); the same torch ops elsewhere (`planes.path`).
+(`cpu-inductor`); for float32 GPU tensors one Triton kernel per call (`triton_planes`); the same
+torch ops elsewhere (`planes.path`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import functools
 
 import torch
 
-from tinykg_kernels import native, planes, usage
+from tinykg_kernels import dispatch, native, planes, usage
 
 
 @functools.cache
@@ -56,6 +57,10 @@ def apply_dropout_noise(
         if loops == "cpu-native":
             usage.record("dropout", loops)
             return native.dropout_apply(x, noise, float(scale))
+        if loops == "triton":
+            usage.record("dropout", loops)
+            apply = dispatch.triton_planes().apply_dropout_noise
+            return apply(x.contiguous(), noise.contiguous(), float(scale))
         out, kept = planes.run_fused(
             _apply_body, (float(scale),), (x, noise), op="dropout", loops=loops
         )
@@ -73,7 +78,16 @@ def dropout_noise_backward(
         if loops == "cpu-native":
             usage.record("dropout_backward", loops)
             return native.dropout_backward(grad, kept, float(kept_value))
+        if loops == "triton":
+            usage.record("dropout_backward", loops)
+            backward = dispatch.triton_planes().dropout_noise_backward
+            return backward(grad.contiguous(), kept, float(kept_value))
         out = planes.run_fused(
-            _backward_body, (float(kept_value),), (grad,), (kept,), op="dropout_backward", loops=loops
+            _backward_body,
+            (float(kept_value),),
+            (grad,),
+            (kept,),
+            op="dropout_backward",
+            loops=loops,
         )
     return planes.from_planes(out, grad.shape)

@@ -11,7 +11,8 @@ The values are torch's, bit for bit: the sum is `F.leaky_relu(a, s) + F.leaky_re
 bit is `x > 0` (NaN counts as not positive, as in torch's LeakyReLU backward); the gradients are
 `aten.leaky_relu_backward`'s, `grad` where x > 0 and `grad * s` elsewhere. For float32 CPU tensors
 of 4,096+ elements (a whole number of planes) native loops (`native/planes.cpp`, `cpu-native`), or
-inductor's (`cpu-inductor`); the same torch ops elsewhere (`planes.path`).
+inductor's (`cpu-inductor`); for float32 GPU tensors one Triton kernel per call
+(`triton_planes`); the same torch ops elsewhere (`planes.path`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from tinykg_kernels import native, planes, usage
+from tinykg_kernels import dispatch, native, planes, usage
 
 
 @functools.cache
@@ -63,6 +64,10 @@ def leaky_relu_pair(
         if loops == "cpu-native":
             usage.record("leaky_relu_pair", loops)
             return native.leaky_pair(a, b, float(negative_slope))
+        if loops == "triton":
+            usage.record("leaky_relu_pair", loops)
+            pair = dispatch.triton_planes().leaky_relu_pair
+            return pair(a.contiguous(), b.contiguous(), float(negative_slope))
         out, mask_a, mask_b = planes.run_fused(
             _pair_body, (float(negative_slope),), (a, b), op="leaky_relu_pair", loops=loops
         )
@@ -75,25 +80,37 @@ def leaky_relu_pair_backward(
     mask_b: torch.Tensor,
     negative_slope: float = 0.01,
     backend: str | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    *,
+    want: tuple[bool, bool] = (True, True),
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """The gradients of `a` and `b` through `leaky_relu_pair`, from its masks:
-    `grad` where the input was positive, `grad * negative_slope` elsewhere."""
+    `grad` where the input was positive, `grad * negative_slope` elsewhere. A gradient `want`
+    leaves out is None; the native loops and Triton then make no buffer for it (a whole-graph
+    backward that needs one at a time holds one `[nodes, width]` less)."""
     planes.check_mask("mask_a", mask_a, grad.shape)
     planes.check_mask("mask_b", mask_b, grad.shape)
+    slope = float(negative_slope)
     with torch.no_grad():
         loops = planes.path(grad, backend)
         if loops == "cpu-native":
             usage.record("leaky_relu_pair_backward", loops)
-            return native.leaky_pair_backward(grad, mask_a, mask_b, float(negative_slope))
+            return native.leaky_pair_backward(grad, mask_a, mask_b, slope, want)
+        if loops == "triton":
+            usage.record("leaky_relu_pair_backward", loops)
+            pair_backward = dispatch.triton_planes().leaky_relu_pair_backward
+            return pair_backward(grad.contiguous(), mask_a, mask_b, slope, want=want)
         grad_a, grad_b = planes.run_fused(
             _pair_backward_body,
-            (float(negative_slope),),
+            (slope,),
             (grad,),
             (mask_a, mask_b),
             op="leaky_relu_pair_backward",
             loops=loops,
         )
-    return planes.from_planes(grad_a, grad.shape), planes.from_planes(grad_b, grad.shape)
+    return tuple(
+        planes.from_planes(g, grad.shape) if wanted else None
+        for g, wanted in zip((grad_a, grad_b), want, strict=True)
+    )
 
 
 def leaky_relu_pair_backward_rows(
@@ -103,6 +120,7 @@ def leaky_relu_pair_backward_rows(
     start: int,
     numel: int,
     negative_slope: float = 0.01,
+    backend: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`leaky_relu_pair_backward` for a block of a whole tensor's gradient: `grad` holds its
     elements `start:start + grad.numel()` (of `numel`), the masks are the whole tensor's. The same
@@ -113,12 +131,17 @@ def leaky_relu_pair_backward_rows(
     if not 0 <= start <= stop <= numel:
         raise ValueError(f"a block of elements {start}:{stop} is outside a tensor of {numel}")
     with torch.no_grad():
-        if planes.path(grad, None) == "cpu-native":
+        loops = planes.path(grad, backend)
+        if loops == "cpu-native":
             usage.record("leaky_relu_pair_backward_rows", "cpu-native")
             grad_a, grad_b = native.leaky_pair_backward_range(
                 grad, mask_a, mask_b, start, float(negative_slope)
             )
             return grad_a.view(grad.shape), grad_b.view(grad.shape)
+        if loops == "triton":
+            usage.record("leaky_relu_pair_backward_rows", loops)
+            pair_backward = dispatch.triton_planes().leaky_relu_pair_backward
+            return pair_backward(grad.contiguous(), mask_a, mask_b, float(negative_slope), start)
         flat = grad.reshape(-1)
         scaled = flat * negative_slope
         grads = []

@@ -66,10 +66,13 @@ def from_planes(planes: torch.Tensor, shape: torch.Size) -> torch.Tensor:
 
 
 def path(x: torch.Tensor, backend: str | None) -> str:
-    """What a fused call on `x` runs: `cpu-native` (`native.planes_applies`) or `cpu-inductor`
-    for float32 CPU tensors of 4,096+ elements (per `dispatch.select_backend`) whose count is a
-    whole number of planes; `torch` (the same ops, padded to whole planes) for everything else."""
+    """What a fused call on `x` runs: `triton` (`triton_planes`) for float32 tensors where
+    `dispatch.select_backend` picks Triton (CUDA); `cpu-native` (`native.planes_applies`) or
+    `cpu-inductor` for float32 CPU tensors of 4,096+ elements whose count is a whole number of
+    planes; `torch` (the same ops, padded to whole planes) for everything else."""
     chosen = dispatch.select_backend(x.device, backend, x.numel())
+    if chosen == "triton" and x.dtype == torch.float32:
+        return "triton"
     if chosen not in dispatch.CPU_BACKENDS or x.dtype != torch.float32 or x.numel() % PLANES:
         return "torch"
     return "cpu-native" if chosen == "cpu-native" and native.planes_applies(x) else "cpu-inductor"

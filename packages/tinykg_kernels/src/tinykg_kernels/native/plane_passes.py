@@ -38,16 +38,26 @@ def leaky_pair(
 
 
 def leaky_pair_backward(
-    grad: torch.Tensor, mask_a: torch.Tensor, mask_b: torch.Tensor, slope: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """`tinykg_kernels.leaky_relu_pair_backward` for a gradient `planes_applies` accepts."""
+    grad: torch.Tensor,
+    mask_a: torch.Tensor,
+    mask_b: torch.Tensor,
+    slope: float,
+    want: tuple[bool, bool] = (True, True),
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """`tinykg_kernels.leaky_relu_pair_backward` for a gradient `planes_applies` accepts; a
+    gradient `want` leaves out is None, and no buffer is made for it (the loop then reads the
+    wanted mask twice and writes both of its outputs, the same values, into one buffer)."""
     grad = grad.contiguous()
-    grad_a, grad_b = torch.empty_like(grad), torch.empty_like(grad)
+    if all(want):
+        masks, outputs = (mask_a, mask_b), (torch.empty_like(grad), torch.empty_like(grad))
+    else:
+        mask = mask_a if want[0] else mask_b
+        masks, outputs = (mask, mask), (torch.empty_like(grad),) * 2
     library.load().tinykg_leaky_pair_backward(
-        grad.data_ptr(), mask_a.contiguous().data_ptr(), mask_b.contiguous().data_ptr(),
-        grad.numel(), slope, grad_a.data_ptr(), grad_b.data_ptr(),
+        grad.data_ptr(), masks[0].contiguous().data_ptr(), masks[1].contiguous().data_ptr(),
+        grad.numel(), slope, outputs[0].data_ptr(), outputs[1].data_ptr(),
     )  # fmt: skip
-    return grad_a, grad_b
+    return tuple(out if wanted else None for out, wanted in zip(outputs, want, strict=True))
 
 
 def leaky_pair_backward_range(

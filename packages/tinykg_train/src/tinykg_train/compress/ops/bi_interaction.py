@@ -189,7 +189,8 @@ class CompressedBiInteraction(torch.autograd.Function):
         ):
             if not (weight_needed or bias_needed):
                 continue
-            masked = leaky_relu_pair_backward(grad, *masks, slope)[which]
+            want = (which == 0, which == 1)
+            masked = leaky_relu_pair_backward(grad, *masks, slope, want=want)[which]
             if weight_needed:
                 inputs = _rebuilt_inputs(ego, neighbors, blocks, combine)
                 weight_grad = masked.t().matmul(inputs)
