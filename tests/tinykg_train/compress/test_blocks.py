@@ -1,5 +1,5 @@
 """compress.blocks.device_budget: the default block budget, grown on CUDA to at most
-CUDA_MAX_BLOCKS blocks; a given budget kept everywhere."""
+CUDA_MAX_BLOCKS blocks of at least CUDA_MIN_BLOCK_BYTES; a given budget kept everywhere."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import torch
 from tinykg_train.compress.blocks import (
     BLOCK_BYTES,
     CUDA_MAX_BLOCKS,
+    CUDA_MIN_BLOCK_BYTES,
     MIN_MATMUL_ROWS,
     budgets_as_on,
     device_budget,
@@ -29,8 +30,12 @@ def test_on_cuda_a_large_graph_takes_at_most_the_cap_of_blocks():
     assert len(list(spans(rows, row_bytes, BLOCK_BYTES, MIN_MATMUL_ROWS))) > 50  # before
 
 
-def test_on_cuda_a_small_graph_keeps_the_default_and_a_given_budget_is_kept():
-    assert device_budget(None, CUDA, 3 * BLOCK_BYTES) == BLOCK_BYTES
+def test_on_cuda_a_small_graph_takes_one_block_and_a_given_budget_is_kept():
+    # lfm1m's 33k nodes, KGAT's first layer: two blocks of the CPU's budget, one on a GPU
+    total = 33_521 * 3 * (64 + 32) * 4
+    assert len(list(spans(33_521, total // 33_521, BLOCK_BYTES, MIN_MATMUL_ROWS))) == 2
+    assert device_budget(None, CUDA, total) == CUDA_MIN_BLOCK_BYTES > total
+    assert device_budget(None, CUDA, 3 * BLOCK_BYTES) == CUDA_MIN_BLOCK_BYTES
     assert device_budget(1 << 20, CUDA, 100 * BLOCK_BYTES) == 1 << 20
 
 

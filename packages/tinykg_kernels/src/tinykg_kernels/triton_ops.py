@@ -369,9 +369,12 @@ class Launch(NamedTuple):
     constants: dict[str, object]
 
     def run(self) -> None:
-        """Launch on the device of the first tensor (Triton launches on the current device)."""
+        """Launch on the device of the first tensor (Triton launches on the current device; the
+        device is switched only when it is another: the switch costs more host time than some
+        launches)."""
         device = next(a.device for a in self.args if isinstance(a, torch.Tensor))
-        with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+        another_gpu = device.type == "cuda" and device.index != torch.cuda.current_device()
+        with torch.cuda.device(device) if another_gpu else contextlib.nullcontext():
             self.kernel[self.grid](
                 *self.args, **self.constants, num_warps=NUM_WARPS, enable_fp_fusion=False
             )

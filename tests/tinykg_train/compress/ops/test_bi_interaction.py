@@ -343,11 +343,12 @@ def test_blocked_backward_recomputes_the_neighbors_once_when_they_fit_the_budget
 
 @pytest.mark.cuda
 def test_on_cuda_the_default_budget_cuts_a_large_graph_into_at_most_the_cap_of_blocks():
-    # 400k rows: 19 blocks of the CPU's budget, CUDA_MAX_BLOCKS on a GPU (each block a few dozen
-    # launches); the neighbors (100 MB) exceed one block there, so each block recomputes its rows
+    # 1.25M rows (the 10M-triple graph): 58 blocks of the CPU's budget, CUDA_MAX_BLOCKS on a GPU
+    # (each block a few dozen launches); the neighbors (320 MB) exceed one block there (240 MB),
+    # so each block recomputes its rows
     from tinykg_train.compress.blocks import CUDA_MAX_BLOCKS
 
-    rows, width, device = 400_000, 64, torch.device("cuda")
+    rows, width, device = 1_250_000, 64, torch.device("cuda")
     gen = torch.Generator(device=device).manual_seed(0)
     ego = torch.randn(rows, width, generator=gen, device=device, requires_grad=True)
     w1, w2 = (

@@ -28,6 +28,11 @@ MIN_MATMUL_ROWS = 128
 #: `BLOCK_BYTES`: 169 ms against FP32's 32 on an H200; docs/compression.md). There the default
 #: budget grows so that whole-graph work takes at most this many blocks.
 CUDA_MAX_BLOCKS = 8
+#: And a block there is never smaller than this: a graph whose whole-graph temporaries take a few
+#: times `BLOCK_BYTES` (lfm1m's 33k nodes: two blocks of a KGAT layer's backward) paid a block's
+#: launches for 32 MiB a GPU does not miss (an H200 KGAT INT2 CF step on lfm1m: 27 ms of host
+#: time against FP32's 9, docs/compression.md).
+CUDA_MIN_BLOCK_BYTES = 128 << 20
 
 
 def block_budget(block_bytes: int | None) -> int:
@@ -51,13 +56,14 @@ def budgets_as_on(device_type: str) -> Iterator[None]:
 
 
 def device_budget(block_bytes: int | None, device: torch.device, total_bytes: int) -> int:
-    """`block_budget(block_bytes)`, except that on CUDA the default (`block_bytes` None) grows to
-    `total_bytes / CUDA_MAX_BLOCKS` when that is larger: at most `CUDA_MAX_BLOCKS` blocks there. A
-    given `block_bytes` is kept on every device."""
+    """`block_budget(block_bytes)`, except that on CUDA the default (`block_bytes` None) is
+    `total_bytes / CUDA_MAX_BLOCKS`, but at least `CUDA_MIN_BLOCK_BYTES`: at most
+    `CUDA_MAX_BLOCKS` blocks there, and none below that size. A given `block_bytes` is kept on
+    every device."""
     budget = block_budget(block_bytes)
     if block_bytes is not None or (_budget_device or device.type) != "cuda":
         return budget
-    return max(budget, -(-total_bytes // CUDA_MAX_BLOCKS))
+    return max(CUDA_MIN_BLOCK_BYTES, -(-total_bytes // CUDA_MAX_BLOCKS))
 
 
 def spans(
