@@ -110,3 +110,15 @@ def test_other_dtypes_take_the_torch_ops():
     assert torch.equal(out, F.leaky_relu(a, SLOPE) + F.leaky_relu(-a, SLOPE))
     assert torch.equal(mask_a, pack_planes(a > 0))
     assert backend_usage(before)["leaky_relu_pair"] == {"torch": 1}
+
+
+def test_auto_takes_the_kernels_where_dispatch_picks_triton_for_float32_only(monkeypatch):
+    """On a GPU (`select_backend` -> triton) float32 calls run the kernels, other dtypes the torch
+    ops; CPU tensors under `auto` never do, interpreter or not."""
+    from tinykg_kernels import planes
+
+    x = torch.zeros(64, 8)
+    assert planes.path(x, "auto") != "triton"
+    monkeypatch.setattr(dispatch, "select_backend", lambda *args: "triton")
+    assert planes.path(x, None) == "triton"
+    assert planes.path(x.double(), None) == "torch"

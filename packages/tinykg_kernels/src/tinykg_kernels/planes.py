@@ -6,7 +6,8 @@ flattened mask cut into eight consecutive planes of k elements, plane j in bit j
 zero-padded). Packing then reads eight contiguous streams, which a compiled loop vectorizes;
 `pack_bits`'s layout (eight consecutive elements per byte) would need strided loads. The helpers
 here are plain torch ops: the fused bodies are traced from them (`cpu-inductor`), and they run
-eagerly on any device (`torch`); `path` says which of those, or the native loops, a call takes.
+eagerly on any device (`torch`); `path` says which of those, the native loops or the Triton
+kernels of a GPU (`triton_planes`) a call takes.
 """
 
 from __future__ import annotations
