@@ -30,15 +30,27 @@ BLOCK = 1 << 14 if INTERPRETED else 1024
 
 # fmt: off
 @triton.jit
+def _program_bytes(k, BLOCK: tl.constexpr):
+    """This program's mask bytes (int64) and which of them exist."""
+    byte = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    return byte, byte < k
+
+
+@triton.jit
+def _plane_elements(byte, byte_ok, plane, k, numel):
+    """The elements of plane `plane` that `byte` holds, and which of them exist."""
+    index = plane * k + byte
+    return index, byte_ok & (index < numel)
+
+
+@triton.jit
 def _leaky_pair_kernel(a_ptr, b_ptr, out_ptr, mask_a_ptr, mask_b_ptr, numel, k, slope,
                        BLOCK: tl.constexpr):
-    byte = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    byte_ok = byte < k
+    byte, byte_ok = _program_bytes(k, BLOCK)
     bits_a = tl.zeros((BLOCK,), tl.int32)
     bits_b = tl.zeros((BLOCK,), tl.int32)
     for plane in tl.static_range(8):
-        index = plane * k + byte
-        ok = byte_ok & (index < numel)
+        index, ok = _plane_elements(byte, byte_ok, plane, k, numel)
         a = tl.load(a_ptr + index, mask=ok, other=0.0)
         b = tl.load(b_ptr + index, mask=ok, other=0.0)
         a_positive = a > 0
@@ -78,12 +90,10 @@ def _leaky_pair_backward_kernel(grad_ptr, mask_a_ptr, mask_b_ptr, grad_a_ptr, gr
 @triton.jit
 def _dropout_kernel(x_ptr, noise_ptr, out_ptr, kept_ptr, numel, k, scale,
                     SCALED: tl.constexpr, BLOCK: tl.constexpr):
-    byte = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    byte_ok = byte < k
+    byte, byte_ok = _program_bytes(k, BLOCK)
     bits = tl.zeros((BLOCK,), tl.int32)
     for plane in tl.static_range(8):
-        index = plane * k + byte
-        ok = byte_ok & (index < numel)
+        index, ok = _plane_elements(byte, byte_ok, plane, k, numel)
         x = tl.load(x_ptr + index, mask=ok, other=0.0)
         noise = tl.load(noise_ptr + index, mask=ok, other=0.0)
         if SCALED:
