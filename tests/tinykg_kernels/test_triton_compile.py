@@ -91,6 +91,7 @@ n, k = x.numel(), mask.numel()
 block = {"BLOCK": planes.BLOCK}
 plane_cases = {
     "leaky pair [4096,64]": Launch(planes._leaky_pair_kernel, (1,), (x, x, x, mask, mask, n, k, 0.2), block),
+    "leaky pair [5]: one byte per plane": Launch(planes._leaky_pair_kernel, (1,), (x, x, x, mask, mask, 5, 1, 0.2), block),
     "leaky pair backward, both": Launch(planes._leaky_pair_backward_kernel, (1,), (x, mask, mask, x, x, n, 0, k, 0.2), {"WANT_A": True, "WANT_B": True, **block}),
     "leaky pair backward, one": Launch(planes._leaky_pair_backward_kernel, (1,), (x, mask, mask, x, x, n, 4096, k, 0.2), {"WANT_A": False, "WANT_B": True, **block}),
     "dropout scaled": Launch(planes._dropout_kernel, (1,), (x, x, x, mask, n, k, 1.25), {"SCALED": True, **block}),
@@ -114,8 +115,8 @@ def ptx_report() -> dict:
 
 
 def test_every_kernel_variant_compiles_for_sm90(ptx_report):
-    assert len(ptx_report) == 13
-    assert sum(1 for report in ptx_report.values() if report.get("plane")) == 5
+    assert len(ptx_report) == 14
+    assert sum(1 for report in ptx_report.values() if report.get("plane")) == 6
     assert not ptx_report["quantize int4 two-pass [3,100000]"]["single_chunk"]
 
 

@@ -38,8 +38,9 @@ def _program_bytes(k, BLOCK: tl.constexpr):
 
 @triton.jit
 def _plane_elements(byte, byte_ok, plane, k, numel):
-    """The elements of plane `plane` that `byte` holds, and which of them exist."""
-    index = plane * k + byte
+    """The elements of plane `plane` that `byte` holds, and which of them exist (int64: past 2**31
+    elements `plane * k` would overflow an int32)."""
+    index = byte + tl.cast(k, tl.int64) * plane
     return index, byte_ok & (index < numel)
 
 
