@@ -85,8 +85,8 @@ def leaky_relu_pair_backward(
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """The gradients of `a` and `b` through `leaky_relu_pair`, from its masks:
     `grad` where the input was positive, `grad * negative_slope` elsewhere. A gradient `want`
-    leaves out is None; the native loops and Triton then make no buffer for it (a whole-graph
-    backward that needs one at a time holds one `[nodes, width]` less)."""
+    leaves out is None; the native loops and Triton then neither compute it nor make its buffer
+    (the torch ops compute both and drop it)."""
     planes.check_mask("mask_a", mask_a, grad.shape)
     planes.check_mask("mask_b", mask_b, grad.shape)
     slope = float(negative_slope)
