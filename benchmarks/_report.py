@@ -147,7 +147,9 @@ def figure_name(section: str) -> str:
     return f"{section}.png"
 
 
-def _order(name: str) -> tuple[int, str, str]:
+def section_order(name: str) -> tuple[int, str, str]:
+    """Where a section sits in BENCHMARKS.md: its benchmark's place in `BENCHMARKS`, then its
+    dataset (none first) and device."""
     benchmark, dataset, device = parse_section_name(name)
     return BENCHMARKS.index(benchmark), dataset or "", device
 
@@ -187,7 +189,7 @@ def insert_section(text: str, section: str, block: str) -> str:
     (sections with names outside the rule are passed over)."""
     for match in re.finditer(r"<!-- begin:(?P<name>[\w.-]+) -->", text):
         try:
-            later = _order(match["name"]) > _order(section)
+            later = section_order(match["name"]) > section_order(section)
         except ValueError:
             continue
         if later:

@@ -16,6 +16,7 @@ from benchmarks._report import (
     parse_section_name,
     publish_section,
     section_name,
+    section_order,
     write_section,
 )
 from benchmarks.merge_sections import sections
@@ -76,7 +77,10 @@ def test_section_names_come_from_benchmark_dataset_and_device():
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda: section_name("accuracy-final", "cpu"), "benchmark must be one of accuracy-matrix, ingest, "),
+        (
+            lambda: section_name("accuracy-final", "cpu"),
+            "benchmark must be one of accuracy-matrix, ingest, ",
+        ),
         (lambda: section_name("memory", "gpu"), "device must be one of cpu, cuda (got 'gpu')"),
         (lambda: section_name("memory", "cpu", "--"), "dataset '--' has no letter or digit"),
     ],
@@ -100,7 +104,7 @@ def test_benchmarks_md_holds_one_section_per_benchmark_dataset_and_device():
     names = list(sections(text))
     keys = [parse_section_name(name) for name in names]  # every name follows the rule
     assert len(set(keys)) == len(keys) == text.count("<!-- begin:")
-    assert names == sorted(names, key=lambda n: (BENCHMARKS.index(parse_section_name(n)[0]), n))
+    assert names == sorted(names, key=section_order)  # the order write_section inserts in
 
 
 def test_every_figure_under_benchmarks_figures_is_used_and_every_used_one_exists():
