@@ -29,9 +29,9 @@ MIN_MATMUL_ROWS = 128
 #: budget grows so that whole-graph work takes at most this many blocks.
 CUDA_MAX_BLOCKS = 8
 #: And a block there is never smaller than this: a graph whose whole-graph temporaries take a few
-#: times `BLOCK_BYTES` (lfm1m's 33k nodes: two blocks of a KGAT layer's backward) paid a block's
-#: launches for 32 MiB a GPU does not miss (an H200 KGAT INT2 CF step on lfm1m: 27 ms of host
-#: time against FP32's 9, docs/compression.md).
+#: times `BLOCK_BYTES` (lfm1m's 33k nodes: two blocks of a KGAT layer's backward) paid each extra
+#: block's few dozen launches, and its neighbor rows rebuilt, to save 32 MiB a GPU does not miss
+#: (docs/compression.md, *Where the time goes on a GPU*).
 CUDA_MIN_BLOCK_BYTES = 128 << 20
 
 
