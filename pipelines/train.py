@@ -25,6 +25,7 @@ WIDTHS = ", ".join(map(str, BITS))
 
 # On/off settings (flag, TrainConfig field, group, help), given without a value.
 SWITCHES = [
+    ("--rowwise-adam", "rowwise_adam", "optimization", "the embedding tables' Adam state compact: first moment in bfloat16 (stochastic rounding), second moment one per row (FBGEMM's partial row-wise Adam); 0.26 of Adam's state at 64 columns"),
     ("--sparse-adam", "sparse_adam", "sampling", "--sampler neighbor or --partitions N: update the big embedding tables row by row with SparseAdam (only the rows a step reads move) instead of dense Adam"),
     ("--offload-embeddings", "offload_embeddings", "sampling", "--sampler neighbor or --partitions N: keep the big embedding tables and their Adam state in host memory, a cache of hot rows on the device (implies --sparse-adam); table size bounded by host RAM"),
 ]  # fmt: skip

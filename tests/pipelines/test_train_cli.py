@@ -175,6 +175,8 @@ SAMPLED = ["--model", "kgat", "--layers", "2", "--sampler", "neighbor", "--fanou
 # the same with its node table in host memory, a device cache smaller than it (and than a KG step
 # of 2048 triples would need), 3 steps of look-ahead
 OFFLOADED = [*SAMPLED, "--kg-batch-size", "64", "--offload-embeddings", "--cache-rows", "800", "--prefetch-steps", "3"]
+# whole-graph KGAT whose node table keeps compact Adam state (stochastic rounding seeded per step)
+ROWWISE = ["--model", "kgat", "--layers", "2", "--rowwise-adam"]
 
 
 COMPARED = ("recall@20", "ndcg@20", "train_loss", "valid_history", "best_epoch", "best_valid",
@@ -182,7 +184,9 @@ COMPARED = ("recall@20", "ndcg@20", "train_loss", "valid_history", "best_epoch",
 
 
 @pytest.mark.parametrize(
-    "flags", [[], SAMPLED, OFFLOADED], ids=["whole-graph", "sampled", "offloaded"]
+    "flags",
+    [[], SAMPLED, OFFLOADED, ROWWISE],
+    ids=["whole-graph", "sampled", "offloaded", "rowwise-adam"],
 )
 def test_kill_9_then_resume_ends_with_the_uninterrupted_metrics(flags, tiny_dataset_dir, tmp_path):
     env = {**os.environ, "PYTHONHASHSEED": "0"}
@@ -223,7 +227,7 @@ def test_kill_9_then_resume_ends_with_the_uninterrupted_metrics(flags, tiny_data
     assert logged.info.status == "FINISHED" and logged.data.tags["resumed"] == "true"
     steps = {m.step for m in client.get_metric_history(run_id, "train_loss")}
     assert steps == set(range(epochs))
-    if flags:  # the sampling settings as params, the step's waits for its subgraphs as metrics
+    if "--sampler" in flags:  # the sampling settings as params, the waits for subgraphs as metrics
         assert logged.data.params["sampler"] == "neighbor"
         assert logged.data.params["fanouts"] == "[4, 4]"
         waits = client.get_metric_history(run_id, "sampler_wait_seconds")
@@ -234,6 +238,8 @@ def test_kill_9_then_resume_ends_with_the_uninterrupted_metrics(flags, tiny_data
         assert logged.data.params["cache_rows"] == "800"
         assert got["row_tables"]["offload"] is True and got["row_tables"]["cache_rows"] == 800
         assert got["row_tables"]["stats"]["node_embedding"]["misses"] > 0
+    if "--rowwise-adam" in flags:
+        assert logged.data.params["rowwise_adam"] == "True"
 
 
 @pytest.mark.parametrize("name", ["kgat", "kgin", "kgcn", "lightgcn", "bprmf", "quick"])

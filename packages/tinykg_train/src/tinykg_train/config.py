@@ -70,7 +70,7 @@ OPTIONAL_INT_FIELDS = frozenset(
 FLOAT_FIELDS = frozenset({"lr", "l2", "dropout", "auto_bits"})
 STR_FIELDS = frozenset({"data", "model", "scheme", "device", "out", "sampler"})
 OPTIONAL_STR_FIELDS = frozenset({"memory_budget"})
-BOOL_FIELDS = frozenset({"resume", "sparse_adam", "offload_embeddings"})
+BOOL_FIELDS = frozenset({"resume", "sparse_adam", "offload_embeddings", "rowwise_adam"})
 # coerced by name in _coerce
 SPECIAL_FIELDS = frozenset({"bits", "eval_ks", "fanouts", "exact_phases", "extra"})
 
@@ -135,6 +135,9 @@ class TrainConfig:
     # (None: sized to the steps) fed `prefetch_steps` steps ahead (`offload_embeddings`)
     sparse_adam: bool = False
     offload_embeddings: bool = False
+    # the dense optimizer's embedding tables (`embedding_tables`) keep compact Adam state: first
+    # moment bfloat16, second moment per row (`tinykg_train.rowwise_adam`)
+    rowwise_adam: bool = False
     cache_rows: int | None = None
     prefetch_steps: int = 2
     resume: bool = False
@@ -241,6 +244,11 @@ class TrainConfig:
         if self.prefetch_steps < 0:
             raise ConfigError(
                 f"'prefetch_steps' needs to be >= 0 steps of look-ahead (got {self.prefetch_steps})"
+            )
+        if self.rowwise_adam and self.row_wise_tables:
+            raise ConfigError(
+                "--rowwise-adam compacts the dense Adam's tables, which --sparse-adam and "
+                "--offload-embeddings take out of it (SparseAdam row by row): drop one"
             )
         if not self.row_wise_tables:
             return

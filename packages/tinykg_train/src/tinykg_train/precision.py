@@ -56,7 +56,10 @@ def prepare(session) -> list[str]:
         probes = precision.measure(model, loss_fn, batch)
         if config.memory_budget is not None:
             budget = parse_size(config.memory_budget, "memory_budget")
-            memory = measure_phase(model, loss_fn, batch, precision.compression, probes.sites)
+            memory = measure_phase(
+                model, loss_fn, batch, precision.compression, probes.sites,
+                rowwise_adam=config.rowwise_adam,
+            )  # fmt: skip
             precision.site_budgets[phase] = site_budget(
                 budget, memory, probes.sites, precision.compression
             )

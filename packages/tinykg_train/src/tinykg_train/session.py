@@ -29,6 +29,7 @@ from tinykg_train.config import TrainConfig
 from tinykg_train.errors import ConfigError, TinyKGError
 from tinykg_train.evaluate import RankingEvaluator
 from tinykg_train.precision import build_precision
+from tinykg_train.rowwise_adam import RowwiseAdam, table_groups
 from tinykg_train.run_dir import RunDir
 from tinykg_train.scale.partitioned_training import partitioned_batches
 from tinykg_train.scale.sampled_training import sampled_batches
@@ -72,6 +73,7 @@ class Session:
         both follow `model.set_compression`. A model of your own without one gets the config's."""
         own = getattr(self.model, "compression", None)
         return self.fallback_compression if own is None else own
+
     replica: Any | None = None  # tinykg_train.distributed.Replica on a data-parallel worker
     # `scale.sampled_training.SampledBatches` with --sampler neighbor, its subclass
     # `scale.partitioned_training.PartitionedBatches` with --partitions N
@@ -172,7 +174,11 @@ def open_session(
         device=device,
         dataset=dataset,
         model=model,
-        optimizer=dense_adam(model if tables is None else tables.dense_parameters(), config.lr),
+        optimizer=dense_optimizer(
+            model,
+            model.parameters() if tables is None else tables.dense_parameters(),
+            config,
+        ),
         cf_batches=cf_batches,
         kg_batches=kg_batches,
         evaluator=RankingEvaluator(
@@ -201,11 +207,14 @@ def open_session(
     return session
 
 
-def dense_adam(parameters, lr: float) -> torch.optim.Adam:
-    """The run's Adam over a model's parameters, or a list of them (possibly empty: every
-    parameter of the model may be a row-wise table)."""
-    parameters = list(parameters.parameters() if hasattr(parameters, "parameters") else parameters)
-    return torch.optim.Adam([{"params": parameters}], lr=lr)
+def dense_optimizer(model, parameters, config) -> torch.optim.Optimizer:
+    """The run's optimizer over `parameters` of `model` (possibly none: every parameter of the
+    model may be a row-wise table): Adam, or with `rowwise_adam` Adam whose embedding tables keep
+    compact state (`tinykg_train.rowwise_adam`)."""
+    parameters = list(parameters)
+    if config.rowwise_adam:
+        return RowwiseAdam(table_groups(model, parameters), lr=config.lr, seed=config.seed)
+    return torch.optim.Adam([{"params": parameters}], lr=config.lr)
 
 
 def restore(session: Session, checkpoint: dict[str, Any]) -> None:

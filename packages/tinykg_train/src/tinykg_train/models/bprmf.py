@@ -18,6 +18,7 @@ class BPRMF(EmbeddingRecommender):
     """
 
     saves_through_ops = True  # every save an op of compress.ops: no hooks in its steps
+    embedding_tables = ("user_embedding", "item_embedding")
 
     def __init__(self, dataset, config) -> None:
         super().__init__(dataset, config)
