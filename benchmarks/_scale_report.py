@@ -16,7 +16,11 @@ MODES = {
     "int2-sampled": ["--bits", "2", "--sampler", "neighbor"],
     "int2-partitioned": ["--bits", "2", "--partitions", "4"],
     "int2-offloaded": ["--bits", "2", "--sampler", "neighbor", "--offload-embeddings"],
+    # whole-graph INT2 with the tables' Adam state compact (asked for by name, not a default)
+    "int2-whole-rowwise": ["--bits", "2", "--rowwise-adam"],
 }
+#: the modes a run measures unless `--modes` names others: the five the scale issue names
+DEFAULT_MODES = ["fp32-whole", "int2-whole", "int2-sampled", "int2-partitioned", "int2-offloaded"]
 #: what a size preset's number counts per entity: triples + interactions = 10 x entities
 TRIPLES_AND_INTERACTIONS_PER_ENTITY = 10
 #: mean interactions per user: with users = items = entities / 4 and 8 relations, the generator
@@ -118,7 +122,13 @@ def detail_table(results: list[dict]) -> str:
             continue
         cf = (r.get("memory_breakdown") or {}).get("cf", {})
         evaluation = (r.get("memory_breakdown") or {}).get("evaluation", {})
-        parts = ("embedding_tables", "graph_buffers", "optimizer_state", "activations", "temporaries")
+        parts = (
+            "embedding_tables",
+            "graph_buffers",
+            "optimizer_state",
+            "activations",
+            "temporaries",
+        )
         figures = [r["peak_rss_bytes"], r.get("cuda_max_memory_allocated"),
                    r.get("activation_bytes"), cf.get("peak"), evaluation.get("peak")]  # fmt: skip
         rows.append([

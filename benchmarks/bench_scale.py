@@ -7,19 +7,20 @@ step time and whether it trains at all within a memory limit.
         [--train-epochs N [--train-max-batches N]
         [--train-modes M,M]] [--budget-s S] [--work-dir DIR] [--no-write] [--section-tag TAG]
 
-A size is the graph's triples + interactions (`100k`, `1m`, `10m`, `100m`: 10k to 10M entities), made
-by `kg_data.synthetic` in a child process and ingested by `python -m pipelines.ingest` in another
-(its MB/s of raw text and peak RSS). Then each mode (`_scale_report.MODES`: whole-graph FP32 and INT2,
-sampled, partitioned and offloaded INT2) trains `--steps` CF steps of one epoch, and ranks the valid
-and test users, in a fresh `python -m pipelines.train` child whose resident set may not pass
-`--memory-limit` (on CPU, `run_child`'s watchdog of its resident high-water mark; on CUDA a run
-fits when its `cuda_max_memory_allocated` is within the limit): its peak RSS, seconds per step,
-activation bytes and step memory breakdown (metrics.json). A child that goes over the limit or fails
-to allocate (MemoryError, a refused torch or Rust allocation, a kill) *does not fit*; a mode that
-does not fit at a size is not tried at larger ones. The modes take turns at each size, so load from
-other processes hits them alike (FP32 always first, so a `--budget-s` never leaves out the
-baseline); on CUDA one unreported step first lets Triton compile the codec outside every cell.
-Section `scale-<device>` (`scale-<tag>-<device>` with `--section-tag`), with a figure of graph
+A size is the graph's triples + interactions (`100k`, `1m`, `10m`, `100m`: 10k to 10M entities),
+made by `kg_data.synthetic` in a child process and ingested by `python -m pipelines.ingest` in
+another (its MB/s of raw text and peak RSS). Then each mode (`_scale_report.MODES`: whole-graph FP32
+and INT2, sampled, partitioned and offloaded INT2; whole-graph INT2 with `--rowwise-adam` when
+named) trains `--steps` CF steps of one epoch, and ranks the valid and test users, in a fresh
+`python -m pipelines.train` child whose resident set may not pass `--memory-limit` (on CPU,
+`run_child`'s watchdog of its resident high-water mark; on CUDA a run fits when its
+`cuda_max_memory_allocated` is within the limit): its peak RSS, seconds per step, activation bytes
+and step memory breakdown (metrics.json). A child that goes over the limit or fails to allocate
+(MemoryError, a refused torch or Rust allocation, a kill) *does not fit*; a mode that does not fit
+at a size is not tried at larger ones. The modes take turns at each size, so load from other
+processes hits them alike (FP32 always first, so a `--budget-s` never leaves out the baseline); on
+CUDA one unreported step first lets Triton compile the codec outside every cell. Section
+`scale-<device>` (`scale-<tag>-<device>` with `--section-tag`), with a figure of graph
 size against peak memory per mode and the limit as a line.
 """
 
@@ -47,7 +48,14 @@ from benchmarks._report import (
     publish_section,
     section_name,
 )
-from benchmarks._scale_report import MODES, SizePreset, parse_size_preset, plot, report
+from benchmarks._scale_report import (
+    DEFAULT_MODES,
+    MODES,
+    SizePreset,
+    parse_size_preset,
+    plot,
+    report,
+)
 
 DEFAULT_SIZES = "100k,1m,10m,100m"
 #: what a child that ran out of memory leaves on stderr (Python, torch's CPU allocator, glibc, Rust)
@@ -313,8 +321,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--sizes", type=size_list, default=size_list(DEFAULT_SIZES),
                         help=f"graph sizes, triples + interactions (default {DEFAULT_SIZES})")  # fmt: skip
-    parser.add_argument("--modes", type=comma_list(choices=list(MODES)), default=list(MODES),
-                        help=f"training modes (default: all of {', '.join(MODES)})")  # fmt: skip
+    parser.add_argument("--modes", type=comma_list(choices=list(MODES)), default=DEFAULT_MODES,
+                        help=f"training modes of {', '.join(MODES)} (default: {', '.join(DEFAULT_MODES)})")  # fmt: skip
     parser.add_argument("--model", default="kgat", help="model every mode trains (default kgat)")
     parser.add_argument("--steps", type=int, default=5, help="CF steps per run (default 5)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1)")
@@ -350,7 +358,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.memory_limit = parse_size(args.memory_limit, "--memory-limit")
     except ConfigError as exc:
         parser.error(str(exc))
-    if args.steps < 1 or args.threads < 1 or min(args.train_epochs, args.train_max_batches, args.eval_users, args.budget_s) < 0:
+    if (
+        args.steps < 1
+        or args.threads < 1
+        or min(args.train_epochs, args.train_max_batches, args.eval_users, args.budget_s) < 0
+    ):
         parser.error(
             "--steps and --threads need to be at least 1, --train-epochs, --train-max-batches, "
             "--eval-users and --budget-s at least 0"

@@ -13,6 +13,7 @@ import pytest
 
 from benchmarks import bench_scale
 from benchmarks._scale_report import (
+    DEFAULT_MODES,
     MODES,
     eval_users_text,
     largest_fitting,
@@ -149,7 +150,9 @@ def test_a_child_that_cannot_allocate_does_not_fit_and_other_failures_raise(tmp_
         bench_scale.run_child(blip, tmp_path / "blip", limit=500 * 10**6)
     # reserved but never touched address space is not resident: it fits
     reserve = [sys.executable, "-c", "import mmap; m = mmap.mmap(-1, 4 * 10**9); print('ok')"]
-    assert bench_scale.run_child(reserve, tmp_path / "reserve", limit=500 * 10**6)["stdout"] == "ok\n"
+    assert (
+        bench_scale.run_child(reserve, tmp_path / "reserve", limit=500 * 10**6)["stdout"] == "ok\n"
+    )
     killed = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]
     with pytest.raises(bench_scale.OutOfMemory, match="SIGKILL"):  # as the OOM killer does
         bench_scale.run_child(killed, tmp_path / "killed", limit=None)
@@ -165,7 +168,10 @@ def test_a_child_that_cannot_allocate_does_not_fit_and_other_failures_raise(tmp_
     # the child's own peak, not this (bigger) process's pages it was forked from
     ballast = bytearray(600 * 10**6)  # noqa: F841 (held while the child runs)
     small = [sys.executable, "-c", "import time; time.sleep(0.5)"]
-    assert bench_scale.run_child(small, tmp_path / "small", limit=500 * 10**6)["peak_rss_bytes"] < 100 * 2**20
+    assert (
+        bench_scale.run_child(small, tmp_path / "small", limit=500 * 10**6)["peak_rss_bytes"]
+        < 100 * 2**20
+    )
 
 
 def test_tiny_run_of_two_modes_reports_both_a_full_training_and_leaves_benchmarks_md_alone(
@@ -185,10 +191,12 @@ def test_tiny_run_of_two_modes_reports_both_a_full_training_and_leaves_benchmark
     assert not md.exists()
 
 
-def test_modes_are_the_five_the_issue_names():
-    assert list(MODES) == [
+def test_default_modes_are_the_five_the_issue_names_and_the_rest_add_one_flag():
+    assert DEFAULT_MODES == [
         "fp32-whole", "int2-whole", "int2-sampled", "int2-partitioned", "int2-offloaded",
     ]  # fmt: skip
+    assert bench_scale.parse_args([]).modes == DEFAULT_MODES
+    assert MODES["int2-whole-rowwise"] == [*MODES["int2-whole"], "--rowwise-adam"]
 
 
 def test_bad_memory_limit_exits_2_with_the_form(capsys):
@@ -239,9 +247,22 @@ def test_on_cuda_the_first_compressed_mode_warms_the_kernels_unreported(
 
 def test_fp32_runs_first_at_every_size_and_the_rest_alternate():
     modes = ["int2-whole", "fp32-whole", "int2-sampled", "int2-offloaded"]
-    assert bench_scale.mode_order(modes, 0) == ["fp32-whole", "int2-whole", "int2-sampled", "int2-offloaded"]
-    assert bench_scale.mode_order(modes, 1) == ["fp32-whole", "int2-offloaded", "int2-sampled", "int2-whole"]
-    assert bench_scale.mode_order(["int2-whole", "int2-sampled"], 1) == ["int2-sampled", "int2-whole"]
+    assert bench_scale.mode_order(modes, 0) == [
+        "fp32-whole",
+        "int2-whole",
+        "int2-sampled",
+        "int2-offloaded",
+    ]
+    assert bench_scale.mode_order(modes, 1) == [
+        "fp32-whole",
+        "int2-offloaded",
+        "int2-sampled",
+        "int2-whole",
+    ]
+    assert bench_scale.mode_order(["int2-whole", "int2-sampled"], 1) == [
+        "int2-sampled",
+        "int2-whole",
+    ]
 
 
 def test_a_section_tag_writes_its_own_section_and_figure_beside_the_full_one(tmp_path, monkeypatch):
