@@ -171,6 +171,35 @@ def results_table(cells: dict[Key, Cell]) -> str:
     return markdown_table(HEADERS, rows)
 
 
+BASE_MODE = "whole"  # the mode every other one is compared with, width for width
+MODE_HEADERS = [
+    "dataset", "mode", "model", "width", "seeds", "Recall / whole [95% paired]", "within 1%",
+    "NDCG / whole [95% paired]", "peak RSS / whole",
+]  # fmt: skip
+
+
+def mode_table(cells: dict[Key, Cell]) -> str:
+    """Each cell of a mode other than `BASE_MODE` against the whole-graph cell of the same
+    dataset, model and width, paired by seed (the same seed gives both runs the same initial
+    weights, batches and negatives, so what differs is the mode): "" when no cell has one."""
+    rows = []
+    for key in sorted(cells, key=lambda k: (k.dataset, k.mode, k.model, width_order(k.width))):
+        base = cells.get(Key(key.dataset, BASE_MODE, key.model, key.width))
+        if key.mode == BASE_MODE or base is None:
+            continue
+        cell = cells[key]
+        recall, ndcg = (paired_interval(cell, base, k) for k in ("recall@20", "ndcg@20"))
+        if recall is None or ndcg is None:
+            continue
+        rss, base_rss = cell.mean_of("peak_rss_bytes"), base.mean_of("peak_rss_bytes")
+        rows.append([
+            key.dataset, key.mode, key.model, width_label(key.width), recall.seeds,
+            recall.text(), recall.verdict, ndcg.text(),
+            f"{rss / base_rss:.2f}" if rss and base_rss else "",
+        ])  # fmt: skip
+    return markdown_table(MODE_HEADERS, rows) if rows else ""
+
+
 def verdict_counts(cells: dict[Key, Cell]) -> dict[str, dict[str, int]]:
     """Per width: how many cells hold (yes), fall short (no) or cannot tell (unclear)."""
     counts: dict[str, dict[str, int]] = {}

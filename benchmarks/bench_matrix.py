@@ -45,10 +45,12 @@ from tqdm.auto import tqdm
 from benchmarks._cli import comma_list
 from benchmarks._datasets import BENCH_DATA, DatasetUnavailable, resolve_dataset
 from benchmarks._matrix_report import (
+    BASE_MODE,
     CONTROL,
     FP32,
     Cell,
     Key,
+    mode_table,
     plot,
     results_table,
     same_round_ratios,
@@ -373,6 +375,14 @@ def report(
         results_table(cells),
         "\n".join(lines),
     ]
+    against_whole = mode_table(cells)
+    if against_whole:
+        parts += [
+            f"Against whole-graph training (mode `{BASE_MODE}`), width for width: the same "
+            "paired ratio, each mode's run against the whole-graph run of the same seed, model "
+            "and width.",
+            against_whole,
+        ]
     if figure is not None:
         parts.append(
             f"![Recall@20 / FP32 against memory held, per dataset](benchmarks/figures/{figure.name})"

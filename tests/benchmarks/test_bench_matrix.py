@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks._matrix_report import Cell, paired_interval, same_round_ratios
+from benchmarks._matrix_report import Cell, Key, mode_table, paired_interval, same_round_ratios
 from benchmarks.bench_matrix import main
 
 
@@ -41,6 +41,25 @@ def test_verdicts_follow_where_the_interval_lies():
 def test_epoch_ratios_pair_only_rounds_where_both_widths_ran():
     rounds = [{"32": 1.0, "2": 1.1}, {"2": 5.0}, {"32": 2.0, "2": 2.4}]
     assert same_round_ratios(rounds, "2") == pytest.approx([1.1, 1.2])
+
+
+def test_other_modes_are_compared_with_whole_graph_runs_of_the_same_width_and_seed():
+    recalls = {0: 0.30, 1: 0.20, 2: 0.25}
+    cells = {
+        Key("d", "whole", "kgat", "2"): cell(recalls),
+        Key("d", "whole", "kgat", "32"): cell({s: r + 0.1 for s, r in recalls.items()}),
+        Key("d", "sampled", "kgat", "2"): cell({0: 0.27, 1: 0.18, 2: 0.224}),  # 10% below
+        Key("d", "sampled", "kgin", "2"): cell(recalls),  # no whole-graph KGIN cell
+    }
+    for c in cells.values():
+        for run in c.runs.values():
+            run.update({"ndcg@20": run["recall@20"] / 2, "peak_rss_bytes": 2**20})
+    table = mode_table(cells)
+    rows = [line for line in table.splitlines() if line.startswith("| d ")]
+    # against whole's INT2 (0.25 mean), not its FP32 (0.35): 0.9, clearly below
+    assert rows == ["| d | sampled | kgat | INT2 | 3 | 0.899 [0.849, 0.949] | no | "
+                    "0.899 [0.849, 0.949] | 1.00 |"]  # fmt: skip
+    assert mode_table({k: c for k, c in cells.items() if k.mode == "whole"}) == ""
 
 
 def write_plan(path: Path, data: Path, widths: list) -> Path:
