@@ -9,6 +9,8 @@ C++ or inductor's) or plain torch runs it, and `usage.py` records what ran.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -52,23 +54,26 @@ class QuantizedTensor:
 
     def __post_init__(self) -> None:
         layout = self.layout
-        expected = (layout.n_groups, layout.bytes_per_group)
-        if tuple(self.codes.shape) != expected or self.codes.dtype != torch.uint8:
+        n_groups = layout.n_groups
+        expected = (n_groups, layout.bytes_per_group)
+        if self.codes.shape != expected or self.codes.dtype != torch.uint8:
             raise ValueError(
                 f"codes must be uint8 of shape {expected} for this meta "
                 f"(got {self.codes.dtype} {tuple(self.codes.shape)}); pass the tensors of q.tensors()"
             )
-        for name in ("scale", "zero"):
-            part = getattr(self, name)
-            if tuple(part.shape) != (layout.n_groups,):
-                raise ValueError(
-                    f"{name} must have shape ({layout.n_groups},) (got {tuple(part.shape)}); "
-                    "pass the tensors of q.tensors() in order"
-                )
+        if self.scale.shape != (n_groups,) or self.zero.shape != (n_groups,):
+            name, part = (
+                ("scale", self.scale) if self.scale.shape != (n_groups,) else ("zero", self.zero)
+            )
+            raise ValueError(
+                f"{name} must have shape ({n_groups},) (got {tuple(part.shape)}); "
+                "pass the tensors of q.tensors() in order"
+            )
 
-    @property
+    @functools.cached_property
     def layout(self) -> GroupLayout:
-        return GroupLayout.for_shape(tuple(self.shape), self.group_size, self.bits)
+        """Its groups (made once: every check and backend asks)."""
+        return GroupLayout.for_shape(self.shape, self.group_size, self.bits)
 
     @property
     def meta(self) -> QuantizedMeta:
@@ -109,6 +114,16 @@ class QuantizedTensor:
             f"group_size={self.group_size}, scheme={self.scheme!r}, nbytes={self.nbytes}, "
             f"device={self.device})"
         )
+
+
+_NO_CONTEXT = contextlib.nullcontext()
+
+
+def _without_grad() -> contextlib.AbstractContextManager:
+    """`torch.no_grad()`, or nothing when grad mode is off already (as in an autograd Function's
+    forward and backward, where the codec runs in training: entering `no_grad` costs more than a
+    small tensor's codec work)."""
+    return torch.no_grad() if torch.is_grad_enabled() else _NO_CONTEXT
 
 
 def draw_seed() -> int:
@@ -205,18 +220,18 @@ def quantize(
     """
     _check_arguments(x, bits, group_size, scheme, seed, scale_dtype)
     param_dtype = scale_dtype or default_scale_dtype(x.dtype)
-    layout = GroupLayout.for_shape(tuple(x.shape), group_size, bits)
+    layout = GroupLayout.for_shape(x.shape, group_size, bits)
     device = x.device
     chosen = dispatch.select_backend(device, backend, layout.numel)
     if stochastic and seed is None:
         seed = draw_seed()
-    with torch.no_grad():
+    with _without_grad():
         if layout.numel == 0:
             codes = torch.empty((0, layout.bytes_per_group), dtype=torch.uint8, device=device)
             scale = torch.empty(0, dtype=param_dtype, device=device)
             zero = torch.empty(0, dtype=param_dtype, device=device)
         else:
-            flat = x.detach().reshape(-1)
+            flat = x.reshape(-1)  # no autograd graph: grad mode is off here
             if chosen == "triton":
                 codes, scale, zero = dispatch.triton_ops().quantize(
                     flat, layout, scheme, param_dtype, seed=seed if stochastic else None
@@ -251,7 +266,7 @@ def dequantize(q: QuantizedTensor, backend: str | None = None) -> torch.Tensor:
     chosen = dispatch.select_backend(q.device, backend, layout.numel)
     if layout.numel == 0:
         return torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    with torch.no_grad():
+    with _without_grad():
         if chosen == "triton":
             flat = dispatch.triton_ops().dequantize(*q.tensors(), layout, q.scheme, q.dtype)
             usage.record("dequantize", "triton")

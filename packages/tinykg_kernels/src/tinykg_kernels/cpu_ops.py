@@ -59,8 +59,10 @@ def compiles(layout: GroupLayout, device: torch.device) -> bool:
     )
 
 
+@functools.lru_cache(maxsize=1024)
 def _split(layout: GroupLayout) -> tuple[GroupLayout, GroupLayout | None]:
-    """The full groups and the short last group (None when every group is full)."""
+    """The full groups and the short last group (None when every group is full); made once per
+    layout (every codec call asks)."""
     full = layout.numel // layout.group_len * layout.group_len
     tail = layout.numel - full
     body = GroupLayout(numel=full, group_len=layout.group_len, bits=layout.bits)
@@ -295,7 +297,7 @@ def quantize(
         noise_keys = seed_keys(seed) if stochastic else None
         return _quantize_eagerly(flat, layout, scheme, param_dtype, noise_keys)
     body, tail = _split(layout)
-    x = flat[: body.numel].view(body.n_groups, body.group_len)
+    x = (flat if tail is None else flat[: body.numel]).view(body.n_groups, body.group_len)
     if native_loops and native.codec_applies(flat.dtype, param_dtype, flat.device):
         normal = interval_constants(layout.group_len) if scheme == "normal" else None
         words = key_words(seed) if stochastic else None
@@ -342,17 +344,17 @@ def dequantize(
         return reference.dequantize(codes, scale, zero, layout, scheme, dtype)
     body, tail = _split(layout)
     n = body.n_groups
+    # the full groups' parameters (all of them, unsliced, when every group is full)
+    parts = (codes, scale, zero) if tail is None else (codes[:n], scale[:n], zero[:n])
     if native_loops and native.codec_applies(dtype, scale.dtype, codes.device):
         levels = interval_constants(layout.group_len)[0] if scheme == "normal" else None
         values = native.dequantize_groups(
-            codes[:n].contiguous(), scale[:n], zero[:n], layout.group_len, layout.bits, levels
+            parts[0].contiguous(), parts[1], parts[2], layout.group_len, layout.bits, levels
         )
         usage.record("dequantize", "cpu-native")
     else:
         key = (scheme, layout.bits, dtype, layout.group_len)
-        values = run_compiled(
-            _dequantize_body, key, codes[:n], scale[:n], zero[:n], dynamic=(0, 0, 0)
-        )
+        values = run_compiled(_dequantize_body, key, *parts, dynamic=(0, 0, 0))
         usage.record("dequantize", inductor_or_torch())
     values = values.reshape(-1)
     if tail is None:

@@ -11,6 +11,7 @@ Every backend follows this one layout, so codes written by one are read by the o
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -30,12 +31,9 @@ class GroupLayout:
     @classmethod
     def for_shape(cls, shape: tuple[int, ...], group_size: int | None, bits: int) -> GroupLayout:
         """Groups are rows of the last dim (`group_size=None`, a 0-d tensor is one row) or blocks."""
-        numel = math.prod(shape)
-        row_len = shape[-1] if shape else 1
-        group_len = row_len if group_size is None else group_size
-        return cls(numel=numel, group_len=max(group_len, 1), bits=bits)
+        return _layout_for_shape(cls, tuple(shape), group_size, bits)
 
-    @property
+    @functools.cached_property
     def n_groups(self) -> int:
         return -(-self.numel // self.group_len)
 
@@ -43,7 +41,7 @@ class GroupLayout:
     def per_byte(self) -> int:
         return 8 // self.bits
 
-    @property
+    @functools.cached_property
     def bytes_per_group(self) -> int:
         return -(-self.group_len // self.per_byte)
 
@@ -55,6 +53,20 @@ class GroupLayout:
     @property
     def max_code(self) -> int:
         return (1 << self.bits) - 1
+
+
+@functools.lru_cache(maxsize=1024)
+def _layout_for_shape(
+    cls: type[GroupLayout], shape: tuple[int, ...], group_size: int | None, bits: int
+) -> GroupLayout:
+    """`GroupLayout.for_shape`, one instance per (shape, group size, bits): every quantized tensor
+    asks for its layout several times (checks, backends, `QuantizedTensor.layout`), and the cached
+    `n_groups` and `bytes_per_group` then come with it. (The layout is a value: equal arguments
+    give an equal layout, so sharing one changes nothing.)"""
+    numel = math.prod(shape)
+    row_len = shape[-1] if shape else 1
+    group_len = row_len if group_size is None else group_size
+    return cls(numel=numel, group_len=max(group_len, 1), bits=bits)
 
 
 def pack_codes(codes: torch.Tensor, layout: GroupLayout) -> torch.Tensor:
