@@ -257,6 +257,18 @@ def _wider_configs(config: CompressionConfig) -> tuple[CompressionConfig, ...]:
     return tuple(config.at_least(bits) for bits in BITS if config.bits < bits < 32)
 
 
+@functools.cache
+def _kinds(
+    config: CompressionConfig, project: bool, exact_positives: bool
+) -> tuple[tuple, tuple, tuple[tuple, ...]]:
+    """The scope-cache kinds `compress` uses for these settings: its own, that of its codes read
+    as a flat view (`_view_twin`), and those of the wider configs (`_wider_configs`). Built once
+    per settings (this runs for every saved tensor)."""
+    kind = _kind(config, project, exact_positives)
+    wider = tuple(_kind(c, project, exact_positives) for c in _wider_configs(config))
+    return kind, ("view", kind), wider
+
+
 def compress(
     tensor: torch.Tensor | None,
     config: CompressionConfig,
@@ -278,30 +290,31 @@ def compress(
     """
     if tensor is None or not worth_compressing(tensor, config) or stack.is_persistent(tensor):
         return tensor
-    rows = gathered_rows(tensor)
+    # the tensor's scope-cache key, made once for every lookup below
+    key = stack.tensor_key(tensor) if stack.active() else None
+    rows = gathered_rows(tensor, key=key)
     if rows is not None:  # rows of a parameter: their indices rebuild them exactly
         return rows
     # a projection that would keep every column is none: such a linear input shares the kind (and
     # the stored copy) of the same tensor saved by any other op
     project = project and _projected_dim(tensor, config) is not None
-    kind = _kind(config, project, exact_positives)
+    kind, view_kind, wider = _kinds(config, project, exact_positives)
+    # one key for every contiguous view of the same values (`_view_twin`)
+    flat = (
+        None if key is None or not tensor.is_contiguous() else stack.flat_key(key, tensor.numel())
+    )
 
     def make(t: torch.Tensor) -> torch.Tensor | Compressed:
-        twin = _view_twin(kind, t, config)
+        twin = _view_twin(view_kind, t, flat, config)
         if twin is not None:
             return twin
         stored = _compress_planned(t, config, project, exact_positives)
-        if isinstance(stored, Compressed) and t.is_contiguous():
-            stack.cached(("view", kind), t.view(-1), lambda _: stored)
+        if isinstance(stored, Compressed) and flat is not None:
+            stack.hold(view_kind, flat, t, stored)
         return stored
 
-    return stack.cached(
-        kind,
-        tensor,
-        make,
-        # e.g. an L2-normalized output stored at 4 bits, then saved as a layer's input at 2
-        also=[_kind(wider, project, exact_positives) for wider in _wider_configs(config)],
-    )
+    # e.g. an L2-normalized output stored at 4 bits, then saved as a layer's input at 2 (`wider`)
+    return stack.cached(kind, tensor, make, also=wider, key=key)
 
 
 def _projected_dim(tensor: torch.Tensor, config: CompressionConfig) -> int | None:
@@ -313,13 +326,16 @@ def _projected_dim(tensor: torch.Tensor, config: CompressionConfig) -> int | Non
     return kept if kept < tensor.shape[-1] else None
 
 
-def _view_twin(kind: tuple, tensor: torch.Tensor, config: CompressionConfig) -> Compressed | None:
-    """The codes of a contiguous view of the same values in another shape, stored under `kind` in
-    this scope, read in this tensor's shape (KGCN's softmax weights, saved again by the product as
+def _view_twin(
+    view_kind: tuple, tensor: torch.Tensor, flat: tuple | None, config: CompressionConfig
+) -> Compressed | None:
+    """The codes of a contiguous view of the same values in another shape, stored under
+    `view_kind` at `flat` (this tensor's `stack.flat_key`, None when it is not contiguous) in this
+    scope, read in this tensor's shape (KGCN's softmax weights, saved again by the product as
     `weights.unsqueeze(-1)`); None when there is none or its groups fall differently here."""
-    if not tensor.is_contiguous():
+    if flat is None:
         return None
-    twin = stack.lookup(("view", kind), tensor.view(-1))  # one key for every contiguous view
+    twin = stack.lookup(view_kind, tensor, key=flat)
     return None if twin is None else twin.reshaped(tensor.shape, config)
 
 

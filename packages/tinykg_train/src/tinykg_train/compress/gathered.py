@@ -81,10 +81,11 @@ def _viewed(gathered: Gathered, base: torch.Tensor, tensor: torch.Tensor) -> Gat
     )
 
 
-def gathered_rows(tensor: torch.Tensor) -> Gathered | None:
-    """`tensor` as rows of a parameter (or a view of them), when autograd made it so; else None."""
+def gathered_rows(tensor: torch.Tensor, *, key: tuple | None = None) -> Gathered | None:
+    """`tensor` as rows of a parameter (or a view of them), when autograd made it so; else None.
+    `key`: `stack.tensor_key(tensor)`, when the caller has it already."""
     base = tensor if tensor._base is None else tensor._base
-    remembered = stack.lookup(_KIND, base)
+    remembered = stack.lookup(_KIND, base, key=key if base is tensor else None)
     if remembered is not None:
         return _viewed(remembered, base, tensor)
     node = base.grad_fn

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-StorageKey = tuple[str, int]
+StorageKey = tuple[torch.device, int]
 
 
 class SavedTensorLayer:
@@ -59,24 +59,32 @@ _state = _State()
 
 def storage_key(tensor: torch.Tensor) -> StorageKey | None:
     """(device, address) of the tensor's storage; None for tensors without one (sparse, meta)."""
-    if tensor.layout != torch.strided or tensor.device.type == "meta":
+    if tensor.layout != torch.strided or tensor.is_meta:
         return None
-    return (str(tensor.device), tensor.untyped_storage().data_ptr())
+    return (tensor.device, tensor.untyped_storage().data_ptr())
 
 
 def tensor_key(tensor: torch.Tensor) -> tuple | None:
-    """Identity of a tensor's values: its storage, view geometry, dtype and in-place version."""
-    storage = storage_key(tensor)
-    if storage is None:
+    """Identity of a tensor's values: its storage (device, address), view geometry, dtype and
+    in-place version. (Flat, and made without `storage_key`: asked several times per saved
+    tensor.)"""
+    if tensor.layout != torch.strided or tensor.is_meta:
         return None
     return (
-        storage,
+        tensor.device,
+        tensor.untyped_storage().data_ptr(),
         tensor.storage_offset(),
-        tuple(tensor.shape),
-        tuple(tensor.stride()),
+        tensor.shape,
+        tensor.stride(),
         tensor.dtype,
         tensor._version,
     )
+
+
+def flat_key(key: tuple, numel: int) -> tuple:
+    """`tensor_key(tensor.view(-1))` of a contiguous tensor whose `tensor_key` is `key`, without
+    making the view (the same storage, offset, dtype and version; one dim of stride 1)."""
+    return (*key[:3], (numel,), (1,), *key[5:])
 
 
 def persistent_storages(tensors: Iterable[torch.Tensor]) -> set[StorageKey]:
@@ -93,6 +101,8 @@ def is_persistent(tensor: torch.Tensor) -> bool:
     """A parameter, or a view of a registered parameter or buffer storage."""
     if isinstance(tensor, torch.nn.Parameter):
         return True
+    if not _state.persistent:
+        return False
     key = storage_key(tensor)
     return key is not None and any(key in keys for keys in _state.persistent)
 
@@ -107,25 +117,44 @@ def cached(
     tensor: torch.Tensor,
     make: Callable[[torch.Tensor], Any],
     also: Sequence[Any] = (),
+    *,
+    key: tuple | None = None,
 ) -> Any:
     """`make(tensor)`, computed once per (kind, tensor version) while a layer is active. A value
     already held for this tensor version under one of the kinds in `also` (e.g. the same tensor
-    stored at more bits) is returned instead, checked before `kind`."""
-    key = tensor_key(tensor) if _state.layers else None
-    if key is None:
+    stored at more bits) is returned instead, checked before `kind`. `key`: `tensor_key(tensor)`,
+    when the caller has it already."""
+    if not _state.layers:
         return make(tensor)
-    for candidate in (*also, kind):
+    if key is None:
+        key = tensor_key(tensor)
+        if key is None:
+            return make(tensor)
+    for candidate in also:
         value = _held(candidate, key)
         if value is not None:
             return value
-    value = make(tensor)
-    _state.cache[(kind, key)] = (weakref.ref(tensor.untyped_storage()), value)
+    value = _held(kind, key)
+    if value is None:
+        value = make(tensor)
+        _state.cache[(kind, key)] = (weakref.ref(tensor.untyped_storage()), value)
     return value
 
 
-def lookup(kind: Any, tensor: torch.Tensor) -> Any:
-    """What `cached` holds for (kind, this tensor version) while its source lives, else None."""
-    key = tensor_key(tensor) if _state.layers else None
+def hold(kind: Any, key: tuple, tensor: torch.Tensor, value: Any) -> None:
+    """Hold `value` under (kind, `key`) while `tensor`'s storage lives, unless a value is held
+    there already (`key`: of `tensor` or of a view of its storage, e.g. `flat_key`)."""
+    if _state.layers and _held(kind, key) is None:
+        _state.cache[(kind, key)] = (weakref.ref(tensor.untyped_storage()), value)
+
+
+def lookup(kind: Any, tensor: torch.Tensor, *, key: tuple | None = None) -> Any:
+    """What `cached` holds for (kind, this tensor version) while its source lives, else None
+    (`key`: `tensor_key(tensor)`, or a view's as in `hold`, when the caller has it)."""
+    if not _state.layers:
+        return None
+    if key is None:
+        key = tensor_key(tensor)
     return None if key is None else _held(kind, key)
 
 
