@@ -10,7 +10,6 @@ C++ or inductor's) or plain torch runs it, and `usage.py` records what ran.
 from __future__ import annotations
 
 import contextlib
-import functools
 from dataclasses import dataclass
 
 import torch
@@ -53,7 +52,9 @@ class QuantizedTensor:
     scheme: str = "uniform"
 
     def __post_init__(self) -> None:
-        layout = self.layout
+        # made once (every check and backend asks; a property would rebuild it each time)
+        layout = GroupLayout.for_shape(self.shape, self.group_size, self.bits)
+        object.__setattr__(self, "_layout", layout)
         n_groups = layout.n_groups
         expected = (n_groups, layout.bytes_per_group)
         if self.codes.shape != expected or self.codes.dtype != torch.uint8:
@@ -70,10 +71,9 @@ class QuantizedTensor:
                 "pass the tensors of q.tensors() in order"
             )
 
-    @functools.cached_property
+    @property
     def layout(self) -> GroupLayout:
-        """Its groups (made once: every check and backend asks)."""
-        return GroupLayout.for_shape(self.shape, self.group_size, self.bits)
+        return self._layout
 
     @property
     def meta(self) -> QuantizedMeta:

@@ -21,7 +21,8 @@ def live_rows(x: torch.Tensor, backend: str | None = None) -> torch.Tensor | Non
     if x.dim() == 0:
         raise ValueError("live_rows needs a tensor of rows (at least 1 dim); got a scalar")
     chosen = dispatch.select_backend(x.device, backend, dispatch.CPU_LOOPS_MIN_NUMEL)
-    if chosen == "cpu-native" and x.dtype == torch.float32 and native.available():
+    # "cpu-native" comes only with the library loaded (`select_backend` checked, or raised)
+    if chosen == "cpu-native" and x.dtype == torch.float32:
         usage.record("live_rows", "cpu-native")
         rows = x.detach().reshape(-1, x.shape[-1]).contiguous()
         live, dead = native.live_rows(rows)

@@ -93,8 +93,17 @@ def persistent_storages(tensors: Iterable[torch.Tensor]) -> set[StorageKey]:
 
 
 def model_storages(model: torch.nn.Module) -> set[StorageKey]:
-    """Storages of a model's parameters and buffers: persistent, never compressed or counted."""
-    return persistent_storages([*model.parameters(), *model.buffers()])
+    """Storages of a model's parameters and buffers: persistent, never compressed or counted.
+    (Each module's own, in one walk of the modules: the scope of every step asks.)"""
+    return persistent_storages(
+        [
+            tensor
+            for module in model.modules()
+            for tensors in (module._parameters.values(), module._buffers.values())
+            for tensor in tensors
+            if tensor is not None
+        ]
+    )
 
 
 def is_persistent(tensor: torch.Tensor) -> bool:
