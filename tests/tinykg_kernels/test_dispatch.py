@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tinykg_kernels import dequantize, dispatch, native, quantize
+from tinykg_kernels import dequantize, dispatch, environment, native, quantize
 
 CPU, CUDA, META = torch.device("cpu"), torch.device("cuda"), torch.device("meta")
 
@@ -23,6 +23,19 @@ def test_choice_follows_the_argument_then_the_environment(monkeypatch):
         r"\(got 'gpu'\)$",
     ):
         dispatch.requested_backend()
+
+
+def test_a_read_once_block_reads_each_variable_once_then_the_environment_again(monkeypatch):
+    monkeypatch.setenv(dispatch.BACKEND_ENV, "torch")
+    monkeypatch.delenv(native.NATIVE_ENV, raising=False)
+    with environment.read_once():
+        assert dispatch.requested_backend() == "torch" and native.enabled()
+        monkeypatch.setenv(dispatch.BACKEND_ENV, "auto")
+        monkeypatch.setenv(native.NATIVE_ENV, "0")
+        with environment.read_once():  # nested: the outermost block's values
+            assert dispatch.requested_backend() == "torch" and native.enabled()
+        assert dispatch.requested_backend("auto") == "auto"  # an argument still wins
+    assert dispatch.requested_backend() == "auto" and not native.enabled()
 
 
 def test_auto_keeps_cpu_tensors_off_triton_even_under_the_interpreter(monkeypatch, cpu_loops):

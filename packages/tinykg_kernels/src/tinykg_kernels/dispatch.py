@@ -8,7 +8,8 @@
 
 Triton is probed once at import (the PyG way: a `WITH_TRITON` flag that call sites read when they
 run, so a test can switch it off). The choice follows `backend=` if given, else the
-`TINYKG_KERNELS_BACKEND` environment variable, else `auto`:
+`TINYKG_KERNELS_BACKEND` environment variable (read per call, or once for an
+`environment.read_once` block such as a training step's), else `auto`:
 
 - `auto`: Triton for CUDA tensors when it is importable; for CPU tensors of at least
   `CPU_LOOPS_MIN_NUMEL` elements `cpu-native` when its library loads, else `cpu-inductor` unless
@@ -29,13 +30,12 @@ from __future__ import annotations
 
 import functools
 import importlib
-import os
 import sys
 from types import ModuleType
 
 import torch
 
-from tinykg_kernels import native
+from tinykg_kernels import environment, native
 
 try:  # an optional extra: `pip install tinykg-kernels[triton]`
     import triton  # noqa: F401
@@ -56,16 +56,17 @@ CPU_LOOPS_MIN_NUMEL = 1 << 12
 
 
 def requested_backend(backend: str | None = None) -> str:
-    """`backend` if given, else `$TINYKG_KERNELS_BACKEND`, else `auto`; validated."""
+    """`backend` if given, else `$TINYKG_KERNELS_BACKEND`, else `auto`; validated. (The variable is
+    read per call, or once for an `environment.read_once` block.)"""
     if backend is not None:
         return _validated(backend, "backend")
-    return _validated(os.environ.get(BACKEND_ENV, "auto"), BACKEND_ENV)
+    return _validated(environment.get(BACKEND_ENV, "auto"), BACKEND_ENV)
 
 
 @functools.lru_cache(maxsize=64)
 def _validated(raw: str, source: str) -> str:
     """`raw` (from `source`) as a backend name, or a ValueError; each string parsed once (every
-    codec call asks: the environment is read per call, so a test or a user may change it)."""
+    codec call asks: the environment is read per call or block, so a test or a user may change it)."""
     choice = raw.strip().lower() or "auto"
     if choice not in BACKENDS:
         renamed = (
@@ -108,9 +109,10 @@ def select_backend(device: torch.device, backend: str | None = None, numel: int 
     if choice == "torch":
         return "torch"
     if choice == "auto":
-        if device.type == "cuda":
+        kind = device.type  # a new string per read
+        if kind == "cuda":
             return "triton" if WITH_TRITON else "torch"
-        if device.type == "cpu" and numel >= CPU_LOOPS_MIN_NUMEL:
+        if kind == "cpu" and numel >= CPU_LOOPS_MIN_NUMEL:
             if native.available():
                 return "cpu-native"
             if cpu_ops().failure() is None:

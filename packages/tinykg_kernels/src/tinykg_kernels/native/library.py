@@ -15,6 +15,8 @@ import tempfile
 import warnings
 from pathlib import Path
 
+from tinykg_kernels import environment
+
 NATIVE_ENV = "TINYKG_KERNELS_NATIVE"
 CACHE_ENV = "TINYKG_KERNELS_CACHE"
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("codec.cpp", "spmm.cpp", "planes.cpp"))
@@ -25,8 +27,9 @@ _failure: str | None = None  # why the library could not be built or loaded, onc
 
 
 def enabled() -> bool:
-    """Whether native loops may run: not turned off by `TINYKG_KERNELS_NATIVE=0`."""
-    return _switched_on(os.environ.get(NATIVE_ENV, "1"))
+    """Whether native loops may run: not turned off by `TINYKG_KERNELS_NATIVE=0` (read per call, or
+    once for an `environment.read_once` block)."""
+    return _switched_on(environment.get(NATIVE_ENV, "1"))
 
 
 @functools.lru_cache(maxsize=16)

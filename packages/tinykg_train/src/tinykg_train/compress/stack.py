@@ -30,6 +30,8 @@ from typing import Any
 
 import torch
 
+from tinykg_kernels import environment
+
 StorageKey = tuple[torch.device, int]
 
 
@@ -226,16 +228,19 @@ def pushed(
 ) -> Iterator[None]:
     """Run the block with `layer` on the stack (and the shared hooks installed, unless `hooks` is
     False: then only the ops' own `compress` calls see the stack, its cache and persistent
-    storages; nothing else autograd saves passes through Python)."""
+    storages; nothing else autograd saves passes through Python). The kernels read their
+    environment variables once for the block (`tinykg_kernels.environment.read_once`), not at
+    every codec call."""
     state = _state
     state.layers.append(layer)
     state.persistent.append(persistent or set())
     try:
-        if hooks:
-            with torch.autograd.graph.saved_tensors_hooks(_pack, _unpack):
+        with environment.read_once():
+            if hooks:
+                with torch.autograd.graph.saved_tensors_hooks(_pack, _unpack):
+                    yield
+            else:
                 yield
-        else:
-            yield
     finally:
         state.layers.pop()
         state.persistent.pop()
