@@ -24,6 +24,12 @@ checks the steps were no slower, on the 50k graph and on lfm1m).
 torch reads that switch once, at the process's first CPU allocation, so `request_huge_pages` runs
 when `tinykg_train` is imported; a process that allocated tensors before goes on without.
 
+Keeping freed heap also keeps what building a run freed: reading the dataset, building the graph
+and the model leave hundreds of MiB free in the heap, in pieces a training step's tensors do not
+all fit, so they stayed resident under the whole run. `release_freed_memory` (`malloc_trim`) hands
+them back once, when the session is built: on the 10M-triple KGAT graph a whole-graph INT2 run's
+peak RSS fell from 4,232 to 3,774 MiB (3 steps and the rankings; the tensors' own peaks unchanged).
+
 Set `TINYKG_CPU_ALLOCATOR=default` to leave malloc and torch as they are. Off Linux/glibc it does
 nothing.
 """
@@ -97,6 +103,26 @@ def request_huge_pages() -> bool:
     if not (tuned and sys.platform.startswith("linux")):
         return False
     return os.environ.setdefault(HUGE_PAGES_ENV, "1") == "1"
+
+
+@functools.cache
+def _glibc_malloc_trim():
+    """glibc's `malloc_trim`, or None where `mallopt` is not glibc's."""
+    if _glibc_mallopt() is None:
+        return None
+    trim = ctypes.CDLL(None).malloc_trim
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return trim
+
+
+def release_freed_memory() -> bool:
+    """Return the heap's free memory to the OS (`malloc_trim(0)`; the tuned settings otherwise keep
+    it until exit) unless TINYKG_CPU_ALLOCATOR=default; True when memory was handed back. Called
+    once a session is built, so what building it freed does not stay under the training's peak."""
+    trim = _glibc_malloc_trim()
+    if trim is None or requested() == "default":
+        return False
+    return trim(0) == 1
 
 
 def tune_cpu_allocator() -> bool:

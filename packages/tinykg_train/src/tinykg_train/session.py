@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from tinykg_train.allocator import tune_cpu_allocator
+from tinykg_train.allocator import release_freed_memory, tune_cpu_allocator
 from tinykg_train.checkpoint import (
     capture_rng_state,
     load_checkpoint,
@@ -204,6 +204,8 @@ def open_session(
         replica.attach(session)
     if checkpoint is not None:
         restore(session, checkpoint)
+    if device.type == "cpu":
+        release_freed_memory()  # what building the session freed (see allocator)
     return session
 
 
