@@ -24,11 +24,13 @@ checks the steps were no slower, on the 50k graph and on lfm1m).
 torch reads that switch once, at the process's first CPU allocation, so `request_huge_pages` runs
 when `tinykg_train` is imported; a process that allocated tensors before goes on without.
 
-Keeping freed heap also keeps what building a run freed: reading the dataset, building the graph
-and the model leave hundreds of MiB free in the heap, in pieces a training step's tensors do not
-all fit, so they stayed resident under the whole run. `release_freed_memory` (`malloc_trim`) hands
-them back once, when the session is built: on the 10M-triple KGAT graph a whole-graph INT2 run's
-peak RSS fell from 4,232 to 3,774 MiB (3 steps and the rankings; the tensors' own peaks unchanged).
+Keeping freed heap also keeps what building a run freed (reading the dataset, building the graph
+and the model), in pieces a training step's tensors may not fit. `release_freed_memory`
+(`malloc_trim`) hands it back once, when the session is built. How much that was depends on the
+graph (one scratch measurement each, whole-graph KGAT INT2, 3 steps and the rankings): on the
+graph `benchmarks.peak_by_node --dataset synthetic:250000` generates the peak RSS fell from 4,232
+to 3,774 MiB; on `bench_scale`'s 10M graph it stayed within run-to-run noise (4,138 before, 4,183
+after, section `scale-rowwise-10m-cpu`).
 
 Set `TINYKG_CPU_ALLOCATOR=default` to leave malloc and torch as they are. Off Linux/glibc it does
 nothing.
