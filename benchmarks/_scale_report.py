@@ -16,8 +16,9 @@ MODES = {
     "int2-sampled": ["--bits", "2", "--sampler", "neighbor"],
     "int2-partitioned": ["--bits", "2", "--partitions", "4"],
     "int2-offloaded": ["--bits", "2", "--sampler", "neighbor", "--offload-embeddings"],
-    # whole-graph INT2 with the tables' Adam state compact (asked for by name, not a default)
-    "int2-whole-rowwise": ["--bits", "2", "--rowwise-adam"],
+    # whole-graph INT2 with the tables' Adam state compact (asked for by name, not defaults)
+    "int2-whole-adam-bfloat16": ["--bits", "2", "--adam-state", "bfloat16"],
+    "int2-whole-adam-rowwise": ["--bits", "2", "--adam-state", "rowwise"],
 }
 #: the modes a run measures unless `--modes` names others: the five the scale issue names
 DEFAULT_MODES = ["fp32-whole", "int2-whole", "int2-sampled", "int2-partitioned", "int2-offloaded"]

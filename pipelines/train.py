@@ -25,7 +25,6 @@ WIDTHS = ", ".join(map(str, BITS))
 
 # On/off settings (flag, TrainConfig field, group, help), given without a value.
 SWITCHES = [
-    ("--rowwise-adam", "rowwise_adam", "optimization", "the embedding tables' Adam state compact: first moment in bfloat16 (stochastic rounding), second moment one per row (FBGEMM's partial row-wise Adam); 0.26 of Adam's state at 64 columns"),
     ("--sparse-adam", "sparse_adam", "sampling", "--sampler neighbor or --partitions N: update the big embedding tables row by row with SparseAdam (only the rows a step reads move) instead of dense Adam"),
     ("--offload-embeddings", "offload_embeddings", "sampling", "--sampler neighbor or --partitions N: keep the big embedding tables and their Adam state in host memory, a cache of hot rows on the device (implies --sparse-adam); table size bounded by host RAM"),
 ]  # fmt: skip
@@ -57,6 +56,7 @@ SETTINGS: dict[str, list[tuple[str, str, str, str]]] = {
     ],
     "optimization": [
         ("--lr", "lr", "LR", "Adam learning rate"),
+        ("--adam-state", "adam_state", "FORM", "the embedding tables' Adam moments: float32 (Adam's), bfloat16 (both, stochastic rounding: 0.5 of Adam's state) or rowwise (first bfloat16, second one per row, FBGEMM's partial row-wise Adam: 0.26)"),
         ("--l2", "l2", "W", "L2 weight on the embeddings a batch touches"),
         ("--batch-size", "batch_size", "N", "training pairs per CF step"),
         ("--kg-batch-size", "kg_batch_size", "N", "triples per KG step, KGAT"),

@@ -196,7 +196,8 @@ def test_default_modes_are_the_five_the_issue_names_and_the_rest_add_one_flag():
         "fp32-whole", "int2-whole", "int2-sampled", "int2-partitioned", "int2-offloaded",
     ]  # fmt: skip
     assert bench_scale.parse_args([]).modes == DEFAULT_MODES
-    assert MODES["int2-whole-rowwise"] == [*MODES["int2-whole"], "--rowwise-adam"]
+    for state in ("bfloat16", "rowwise"):
+        assert MODES[f"int2-whole-adam-{state}"] == [*MODES["int2-whole"], "--adam-state", state]
 
 
 def test_bad_memory_limit_exits_2_with_the_form(capsys):

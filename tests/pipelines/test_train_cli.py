@@ -176,7 +176,7 @@ SAMPLED = ["--model", "kgat", "--layers", "2", "--sampler", "neighbor", "--fanou
 # of 2048 triples would need), 3 steps of look-ahead
 OFFLOADED = [*SAMPLED, "--kg-batch-size", "64", "--offload-embeddings", "--cache-rows", "800", "--prefetch-steps", "3"]
 # whole-graph KGAT whose node table keeps compact Adam state (stochastic rounding seeded per step)
-ROWWISE = ["--model", "kgat", "--layers", "2", "--rowwise-adam"]
+COMPACT_ADAM = ["--model", "kgat", "--layers", "2", "--adam-state", "bfloat16"]
 
 
 COMPARED = ("recall@20", "ndcg@20", "train_loss", "valid_history", "best_epoch", "best_valid",
@@ -185,8 +185,8 @@ COMPARED = ("recall@20", "ndcg@20", "train_loss", "valid_history", "best_epoch",
 
 @pytest.mark.parametrize(
     "flags",
-    [[], SAMPLED, OFFLOADED, ROWWISE],
-    ids=["whole-graph", "sampled", "offloaded", "rowwise-adam"],
+    [[], SAMPLED, OFFLOADED, COMPACT_ADAM],
+    ids=["whole-graph", "sampled", "offloaded", "adam-state-bfloat16"],
 )
 def test_kill_9_then_resume_ends_with_the_uninterrupted_metrics(flags, tiny_dataset_dir, tmp_path):
     env = {**os.environ, "PYTHONHASHSEED": "0"}
@@ -238,8 +238,8 @@ def test_kill_9_then_resume_ends_with_the_uninterrupted_metrics(flags, tiny_data
         assert logged.data.params["cache_rows"] == "800"
         assert got["row_tables"]["offload"] is True and got["row_tables"]["cache_rows"] == 800
         assert got["row_tables"]["stats"]["node_embedding"]["misses"] > 0
-    if "--rowwise-adam" in flags:
-        assert logged.data.params["rowwise_adam"] == "True"
+    if "--adam-state" in flags:
+        assert logged.data.params["adam_state"] == "bfloat16"
 
 
 @pytest.mark.parametrize("name", ["kgat", "kgin", "kgcn", "lightgcn", "bprmf", "quick"])

@@ -55,6 +55,8 @@ AUTO = "auto"  # `bits: auto`: each saved tensor's width chosen from its measure
 
 MODELS = tuple(MODEL_DEFAULTS)
 DEVICES = ("auto", "cpu", "cuda")
+# the embedding tables' Adam state (`--adam-state`; tinykg_train.compact_adam)
+ADAM_STATES = ("float32", "bfloat16", "rowwise")
 
 # The type of every field (to add a field: give it a default below and put it in one table).
 INT_FIELDS = frozenset(
@@ -68,9 +70,9 @@ OPTIONAL_INT_FIELDS = frozenset(
     {"group_size", "max_batches_per_epoch", "threads", "cache_rows", "eval_users"}
 )
 FLOAT_FIELDS = frozenset({"lr", "l2", "dropout", "auto_bits"})
-STR_FIELDS = frozenset({"data", "model", "scheme", "device", "out", "sampler"})
+STR_FIELDS = frozenset({"data", "model", "scheme", "device", "out", "sampler", "adam_state"})
 OPTIONAL_STR_FIELDS = frozenset({"memory_budget"})
-BOOL_FIELDS = frozenset({"resume", "sparse_adam", "offload_embeddings", "rowwise_adam"})
+BOOL_FIELDS = frozenset({"resume", "sparse_adam", "offload_embeddings"})
 # coerced by name in _coerce
 SPECIAL_FIELDS = frozenset({"bits", "eval_ks", "fanouts", "exact_phases", "extra"})
 
@@ -121,7 +123,9 @@ class TrainConfig:
     patience: int = 5  # early stopping: evaluations without a better valid Recall@20
     min_epochs: int = 0  # early stopping never ends a run before this many epochs
     max_batches_per_epoch: int | None = None  # cap for quick runs and tests
-    threads: int | None = None  # torch CPU threads; None: the CPUs this process may use (threads.py)
+    threads: int | None = (
+        None  # torch CPU threads; None: the CPUs this process may use (threads.py)
+    )
     # "neighbor": each CF step propagates over its batch's sampled `n_layers`-hop subgraph only,
     # `fanouts[i]` neighbors per node at layer i (-1 = all; None = DEFAULT_FANOUT per layer)
     sampler: str = "none"
@@ -135,13 +139,15 @@ class TrainConfig:
     # (None: sized to the steps) fed `prefetch_steps` steps ahead (`offload_embeddings`)
     sparse_adam: bool = False
     offload_embeddings: bool = False
-    # the dense optimizer's embedding tables (`embedding_tables`) keep compact Adam state: first
-    # moment bfloat16, second moment per row (`tinykg_train.rowwise_adam`)
-    rowwise_adam: bool = False
+    # the Adam state of the dense optimizer's embedding tables (`embedding_tables`): float32 (Adam's),
+    # bfloat16 (both moments) or rowwise (first moment bfloat16, second per row); compact_adam.py
+    adam_state: str = "float32"
     cache_rows: int | None = None
     prefetch_steps: int = 2
     resume: bool = False
-    workers: int = 1  # data-parallel Ray Train workers; 1 trains in this process (tinykg_train.distributed)
+    workers: int = (
+        1  # data-parallel Ray Train workers; 1 trains in this process (tinykg_train.distributed)
+    )
     extra: dict[str, Any] = field(default_factory=dict)  # model-specific knobs, logged as params
 
     def __post_init__(self) -> None:
@@ -245,10 +251,15 @@ class TrainConfig:
             raise ConfigError(
                 f"'prefetch_steps' needs to be >= 0 steps of look-ahead (got {self.prefetch_steps})"
             )
-        if self.rowwise_adam and self.row_wise_tables:
+        if self.adam_state not in ADAM_STATES:
             raise ConfigError(
-                "--rowwise-adam compacts the dense Adam's tables, which --sparse-adam and "
-                "--offload-embeddings take out of it (SparseAdam row by row): drop one"
+                f"'adam_state' must be one of {', '.join(ADAM_STATES)} (got {self.adam_state!r})"
+            )
+        if self.adam_state != "float32" and self.row_wise_tables:
+            raise ConfigError(
+                f"--adam-state {self.adam_state} compacts the dense Adam's tables, which "
+                "--sparse-adam and --offload-embeddings take out of it (SparseAdam row by row): "
+                "drop one"
             )
         if not self.row_wise_tables:
             return
@@ -256,7 +267,9 @@ class TrainConfig:
         if self.workers > 1:
             raise ConfigError(f"{flag} updates the tables in one process: drop --workers")
         if self.adaptive:
-            raise ConfigError(f"{flag} runs at fixed widths: pass --bits 1, 2, 4, 8 or 32, not auto")
+            raise ConfigError(
+                f"{flag} runs at fixed widths: pass --bits 1, 2, 4, 8 or 32, not auto"
+            )
         if self.sampler == "none" and self.partitions == 1:
             raise ConfigError(
                 f"{flag} trains through the sampled local path: add --sampler neighbor "
@@ -456,7 +469,11 @@ def _coerce(name: str, value: Any) -> Any:
         return as_int(value, label)
     if name in FLOAT_FIELDS:
         return as_float(value, label)
-    if name in OPTIONAL_STR_FIELDS and isinstance(value, (int, float)) and not isinstance(value, bool):
+    if (
+        name in OPTIONAL_STR_FIELDS
+        and isinstance(value, (int, float))
+        and not isinstance(value, bool)
+    ):
         return str(value)  # memory_budget: 300000000 is a size too
     if name in STR_FIELDS or name in OPTIONAL_STR_FIELDS:
         return as_str(value, label)

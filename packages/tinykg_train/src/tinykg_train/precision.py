@@ -58,7 +58,7 @@ def prepare(session) -> list[str]:
             budget = parse_size(config.memory_budget, "memory_budget")
             memory = measure_phase(
                 model, loss_fn, batch, precision.compression, probes.sites,
-                rowwise_adam=config.rowwise_adam,
+                adam_state=config.adam_state,
             )  # fmt: skip
             precision.site_budgets[phase] = site_budget(
                 budget, memory, probes.sites, precision.compression

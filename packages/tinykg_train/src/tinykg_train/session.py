@@ -25,11 +25,11 @@ from tinykg_train.checkpoint import (
     save_checkpoint,
     seed_everything,
 )
+from tinykg_train.compact_adam import CompactAdam, table_groups
 from tinykg_train.config import TrainConfig
 from tinykg_train.errors import ConfigError, TinyKGError
 from tinykg_train.evaluate import RankingEvaluator
 from tinykg_train.precision import build_precision
-from tinykg_train.rowwise_adam import RowwiseAdam, table_groups
 from tinykg_train.run_dir import RunDir
 from tinykg_train.scale.partitioned_training import partitioned_batches
 from tinykg_train.scale.sampled_training import sampled_batches
@@ -211,11 +211,12 @@ def open_session(
 
 def dense_optimizer(model, parameters, config) -> torch.optim.Optimizer:
     """The run's optimizer over `parameters` of `model` (possibly none: every parameter of the
-    model may be a row-wise table): Adam, or with `rowwise_adam` Adam whose embedding tables keep
-    compact state (`tinykg_train.rowwise_adam`)."""
+    model may be a row-wise table): Adam, or with `adam_state` bfloat16 or rowwise Adam whose
+    embedding tables keep compact state (`tinykg_train.compact_adam`)."""
     parameters = list(parameters)
-    if config.rowwise_adam:
-        return RowwiseAdam(table_groups(model, parameters), lr=config.lr, seed=config.seed)
+    if config.adam_state != "float32":
+        groups = table_groups(model, parameters, config.adam_state)
+        return CompactAdam(groups, lr=config.lr, seed=config.seed)
     return torch.optim.Adam([{"params": parameters}], lr=config.lr)
 
 

@@ -26,7 +26,7 @@ def test_model_state_is_parameters_with_two_adam_moments_and_buffers():
     assert model_state_bytes(model) == (55 * 4) * 3 + 400
 
 
-def test_rowwise_adam_counts_a_tables_compact_moments():
+def test_a_compact_adam_state_counts_the_tables_compact_moments():
     model = torch.nn.Module()
     model.table, model.bias = (
         torch.nn.Parameter(torch.zeros(30, 8)),
@@ -36,7 +36,8 @@ def test_rowwise_adam_counts_a_tables_compact_moments():
     table, bias = 30 * 8 * 4, 8 * 4
     assert model_state_bytes(model) == (table + bias) * 3
     # the table: bfloat16 first moment per element, float32 second moment per row
-    assert model_state_bytes(model, rowwise_adam=True) == table + 30 * 8 * 2 + 30 * 4 + bias * 3
+    assert model_state_bytes(model, adam_state="rowwise") == table + 30 * 8 * 2 + 30 * 4 + bias * 3
+    assert model_state_bytes(model, adam_state="bfloat16") == table + 30 * 8 * 4 + bias * 3
 
 
 def test_a_steps_peak_is_what_it_holds_at_once():

@@ -47,7 +47,7 @@ class Recommender(CompressedModule):
     #: Model-specific knobs read from `config.extra`, with their defaults (the built-in models take
     #: theirs from `tinykg_train.model_defaults.KNOBS`, which also has their types).
     EXTRA_DEFAULTS: dict[str, Any] = {}
-    #: The big embedding tables (rows per user, item, entity or node): what `--rowwise-adam` keeps
+    #: The big embedding tables (rows per user, item, entity or node): what `--adam-state` keeps
     #: compact Adam state for, and, read through `rows` on the local path, what `--sparse-adam` /
     #: `--offload-embeddings` train row by row (`scale.RowTables`).
     embedding_tables: tuple[str, ...] = ()

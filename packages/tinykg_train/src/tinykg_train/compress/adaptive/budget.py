@@ -2,7 +2,7 @@
 
 What one training step uses, measured before the first epoch on its first batch:
 - *model state*, held all along: parameters, Adam's two moments per parameter (a table's compact
-  pair with `rowwise_adam`), graph buffers;
+  ones with `adam_state`), graph buffers;
 - the *step* itself, from its start to the end of its backward: activations held for backward,
   gradients, and temporaries. Its peak is measured: on CUDA the allocator's `max_memory_allocated`,
   on the CPU the running sum of the bytes each op allocates and frees (`torch.profiler` with
@@ -21,13 +21,13 @@ from dataclasses import dataclass
 
 import torch
 
+from tinykg_train.compact_adam import moment_bytes, table_ids
 from tinykg_train.compress.adaptive.allocate import stored_bytes
 from tinykg_train.compress.adaptive.sites import applying
 from tinykg_train.compress.config import CompressionConfig
 from tinykg_train.compress.saved_tensors import compress_saved_tensors
 from tinykg_train.errors import ConfigError
 from tinykg_train.memory import allocation_peak
-from tinykg_train.rowwise_adam import moment_bytes, table_ids
 
 
 def size_text(size: float, *, space: str = " ", up: bool = False) -> str:
@@ -42,11 +42,13 @@ def size_text(size: float, *, space: str = " ", up: bool = False) -> str:
     raise AssertionError("unreachable")
 
 
-def model_state_bytes(model: torch.nn.Module, *, rowwise_adam: bool = False) -> int:
-    """Parameters, the optimizer's moments of each, and the model's buffers (graph tensors)."""
-    tables = table_ids(model) if rowwise_adam else set()
+def model_state_bytes(model: torch.nn.Module, *, adam_state: str = "float32") -> int:
+    """Parameters, the optimizer's moments of each (the tables' as `adam_state`), and the model's
+    buffers (graph tensors)."""
+    tables = table_ids(model)
     parameters = sum(
-        p.numel() * p.element_size() + moment_bytes(p, id(p) in tables) for p in model.parameters()
+        p.numel() * p.element_size() + moment_bytes(p, adam_state if id(p) in tables else "float32")
+        for p in model.parameters()
     )
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())
     return parameters + buffers
@@ -87,10 +89,10 @@ def measure_phase(
     compression: CompressionConfig,
     sites,
     *,
-    rowwise_adam: bool = False,
+    adam_state: str = "float32",
 ) -> PhaseMemory:
     """Profile one step of the phase at FP32 and with every site exact (random state restored);
-    `rowwise_adam`: the run's tables keep compact Adam state."""
+    `adam_state`: the form of the tables' Adam state."""
     device = next(model.parameters()).device
     devices = [device] if device.type == "cuda" else []
 
@@ -117,9 +119,7 @@ def measure_phase(
         exact = step_peak_bytes(lambda: step(True), device)
     model.zero_grad(set_to_none=True)
     exact_sites = sum(s.numel * 4 for s in sites)
-    return PhaseMemory(
-        model_state_bytes(model, rowwise_adam=rowwise_adam), fp32, exact, exact_sites
-    )
+    return PhaseMemory(model_state_bytes(model, adam_state=adam_state), fp32, exact, exact_sites)
 
 
 def _stacked(*contexts) -> contextlib.ExitStack:
