@@ -149,3 +149,10 @@ def test_bits_auto_and_memory_budget_are_sweep_axes():
     assert budgets.n_trials == 2
     with pytest.raises(ConfigError, match="'memory_budget' needs a positive size"):
         spec_from_mapping({"space": {"memory_budget": ["lots"]}, "train": {"bits": "auto"}})
+
+
+def test_adam_state_is_a_sweep_axis_and_a_bad_form_is_one_line():
+    spec = spec_from_mapping({"space": {"adam_state": ["float32", "bfloat16", "rowwise"]}})
+    assert spec.axes[0].values == ("float32", "bfloat16", "rowwise") and spec.n_trials == 3
+    with pytest.raises(ConfigError, match="'adam_state' must be one of float32, bfloat16, rowwise"):
+        spec_from_mapping({"space": {"adam_state": ["int8"]}})
