@@ -123,9 +123,7 @@ class TrainConfig:
     patience: int = 5  # early stopping: evaluations without a better valid Recall@20
     min_epochs: int = 0  # early stopping never ends a run before this many epochs
     max_batches_per_epoch: int | None = None  # cap for quick runs and tests
-    threads: int | None = (
-        None  # torch CPU threads; None: the CPUs this process may use (threads.py)
-    )
+    threads: int | None = None  # torch CPU threads; None: the CPUs this process may use (threads.py)
     # "neighbor": each CF step propagates over its batch's sampled `n_layers`-hop subgraph only,
     # `fanouts[i]` neighbors per node at layer i (-1 = all; None = DEFAULT_FANOUT per layer)
     sampler: str = "none"
@@ -145,9 +143,7 @@ class TrainConfig:
     cache_rows: int | None = None
     prefetch_steps: int = 2
     resume: bool = False
-    workers: int = (
-        1  # data-parallel Ray Train workers; 1 trains in this process (tinykg_train.distributed)
-    )
+    workers: int = 1  # data-parallel Ray Train workers; 1 trains in this process (tinykg_train.distributed)
     extra: dict[str, Any] = field(default_factory=dict)  # model-specific knobs, logged as params
 
     def __post_init__(self) -> None:
@@ -267,9 +263,7 @@ class TrainConfig:
         if self.workers > 1:
             raise ConfigError(f"{flag} updates the tables in one process: drop --workers")
         if self.adaptive:
-            raise ConfigError(
-                f"{flag} runs at fixed widths: pass --bits 1, 2, 4, 8 or 32, not auto"
-            )
+            raise ConfigError(f"{flag} runs at fixed widths: pass --bits 1, 2, 4, 8 or 32, not auto")
         if self.sampler == "none" and self.partitions == 1:
             raise ConfigError(
                 f"{flag} trains through the sampled local path: add --sampler neighbor "
@@ -469,11 +463,7 @@ def _coerce(name: str, value: Any) -> Any:
         return as_int(value, label)
     if name in FLOAT_FIELDS:
         return as_float(value, label)
-    if (
-        name in OPTIONAL_STR_FIELDS
-        and isinstance(value, (int, float))
-        and not isinstance(value, bool)
-    ):
+    if name in OPTIONAL_STR_FIELDS and isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)  # memory_budget: 300000000 is a size too
     if name in STR_FIELDS or name in OPTIONAL_STR_FIELDS:
         return as_str(value, label)

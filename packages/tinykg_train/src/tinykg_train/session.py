@@ -73,7 +73,6 @@ class Session:
         both follow `model.set_compression`. A model of your own without one gets the config's."""
         own = getattr(self.model, "compression", None)
         return self.fallback_compression if own is None else own
-
     replica: Any | None = None  # tinykg_train.distributed.Replica on a data-parallel worker
     # `scale.sampled_training.SampledBatches` with --sampler neighbor, its subclass
     # `scale.partitioned_training.PartitionedBatches` with --partitions N
