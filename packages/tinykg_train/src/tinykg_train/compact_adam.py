@@ -138,15 +138,6 @@ class CompactAdam(torch.optim.Optimizer):
                 if key in state:
                     state[key] = state[key].to(torch.int16)
 
-    def state_bytes(self) -> int:
-        """Bytes of every state tensor (moments and step counts)."""
-        return sum(
-            t.numel() * t.element_size()
-            for state in self.state.values()
-            for t in state.values()
-            if isinstance(t, torch.Tensor)
-        )
-
 
 def _init_state(state: dict, p: torch.Tensor, kind: str) -> None:
     state["step"] = torch.tensor(0.0)
