@@ -46,6 +46,19 @@ def test_bare_draws_with_the_kept_value_as_scale_give_the_same_products(dtype, b
     assert torch.equal(kept, want_kept)
 
 
+@pytest.mark.parametrize("shape", [(300, 64), (4099, 3), (5, 7)])
+def test_the_product_written_over_the_draws_is_the_same(shape, backend):
+    """`out=draws`: MaskedDropout's way of not holding a third tensor of x's size."""
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(5))
+    draws = torch.empty_like(x).bernoulli_(0.6, generator=torch.Generator().manual_seed(6))
+    kept_value = torch.ones(()).div_(0.6).item()
+    want, want_kept = apply_dropout_noise(x, draws, backend=backend, scale=kept_value)
+    out, kept = apply_dropout_noise(x, draws, backend=backend, scale=kept_value, out=draws)
+    assert out.data_ptr() == draws.data_ptr()
+    assert torch.equal(out.view(torch.uint8), want.view(torch.uint8))
+    assert torch.equal(kept, want_kept)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
 def test_other_dtypes_run_the_torch_ops_with_the_same_values(dtype):
     x = torch.randn(64, 96, dtype=dtype)
@@ -59,5 +72,7 @@ def test_other_dtypes_run_the_torch_ops_with_the_same_values(dtype):
 def test_bad_input_says_what_to_pass():
     with pytest.raises(ValueError, match=r"a noise tensor of its shape and dtype"):
         apply_dropout_noise(torch.zeros(4, 3), torch.zeros(3, 4))
+    with pytest.raises(ValueError, match=r"'out' needs x's shape \(4, 3\)"):
+        apply_dropout_noise(torch.zeros(4, 3), torch.zeros(4, 3), out=torch.zeros(3, 4))
     with pytest.raises(ValueError, match=r"kept must be the 2 uint8 bytes"):
         dropout_noise_backward(torch.zeros(16), torch.zeros(3, dtype=torch.uint8), 2.0)

@@ -1,12 +1,13 @@
-"""`csr_matmul`: the dense product's values on every backend, the native loops under `auto` for
-float32 CPU tensors of any size, torch's CSR product for what they lack, what ran recorded."""
+"""`csr_matmul` and `csr_transposed_add_`: the dense products' values on every backend, the native
+loops under `auto` for float32 CPU tensors of any size, torch's ops for what they lack, what ran
+recorded."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from tinykg_kernels import backend_usage, csr_matmul, dispatch
+from tinykg_kernels import backend_usage, csr_matmul, csr_transposed_add_, dispatch
 
 
 def csr_case(index_dtype=torch.int32, dtype=torch.float32):
@@ -43,3 +44,44 @@ def test_a_tensor_off_the_cpu_is_refused_by_a_cpu_backend():
     crow, col, values, x, _ = csr_case()
     with pytest.raises(RuntimeError, match="backend 'cpu-native' runs CPU tensors"):
         csr_matmul(crow, col, values, x.to("meta"), backend="cpu-native")
+
+
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("width", [5, 16, 64])
+def test_blocks_of_rows_added_transposed_give_the_transposed_product(
+    backend, monkeypatch, index_dtype, width
+):
+    """Every block of rows in order into zeros: `A^T @ g`, bit for bit the transposed matrix's
+    `csr_matmul` on the native loops (the same sums in the same order)."""
+    monkeypatch.delenv(dispatch.BACKEND_ENV, raising=False)
+    generator = torch.Generator().manual_seed(4)
+    dense = torch.rand(40, 30, generator=generator)
+    dense[dense < 0.8] = 0
+    dense[:, 3] = torch.rand(40, generator=generator)  # a column every row adds into
+    csr = dense.to_sparse_csr()
+    crow, col = csr.crow_indices().to(index_dtype), csr.col_indices().to(index_dtype)
+    values, grad = csr.values(), torch.randn(40, width, generator=generator)
+    before = backend_usage()
+    out = torch.zeros(30, width)
+    for start, stop in [(0, 7), (7, 8), (8, 8), (8, 40)]:  # an empty block too
+        csr_transposed_add_(crow[start : stop + 1], col, values, grad[start:stop], out, backend)
+    torch.testing.assert_close(out, dense.T @ grad, rtol=1e-5, atol=1e-5)
+    ran = "cpu-native" if backend == "cpu-native" else "torch"
+    assert backend_usage(since=before) == {"csr_transposed_add": {ran: 4}}
+    if backend == "cpu-native":
+        transposed = dense.T.contiguous().to_sparse_csr()
+        crow_t, col_t = (
+            t.to(index_dtype) for t in (transposed.crow_indices(), transposed.col_indices())
+        )
+        by_csr = csr_matmul(crow_t, col_t, transposed.values(), grad, backend="cpu-native")
+        assert torch.equal(out, by_csr)
+
+
+def test_the_transposed_add_writes_into_out_and_refuses_a_wrong_shape():
+    crow, col, values, x, dense = csr_case()
+    grad = torch.randn(12, 5)
+    out = torch.ones(9, 5)
+    assert csr_transposed_add_(crow, col, values, grad, out, "cpu-native") is out
+    torch.testing.assert_close(out, 1 + dense.T @ grad, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"needs x \[12, width\] and out \[columns, width\]"):
+        csr_transposed_add_(crow, col, values, grad, torch.zeros(9, 4), "cpu-native")

@@ -101,6 +101,9 @@ def test_dropout_products_mask_and_gradient_are_torch_s(shape, scale):
     back = dropout_noise_backward(grad, kept, scale, backend="triton")
     kept_noise = (noise != 0).to(torch.float32) * scale
     assert same_bits(back, grad * kept_noise)
+    over_draws, kept_again = apply_dropout_noise(x, draws, backend="triton", scale=scale, out=draws)
+    assert over_draws.data_ptr() == draws.data_ptr() and same_bits(over_draws, out)
+    assert torch.equal(kept_again, kept)
 
 
 def test_other_dtypes_take_the_torch_ops():

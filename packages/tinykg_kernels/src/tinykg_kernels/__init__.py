@@ -20,7 +20,7 @@ from tinykg_kernels.leaky_pair import leaky_relu_pair, leaky_relu_pair_backward
 from tinykg_kernels.planes import pack_planes, unpack_planes
 from tinykg_kernels.projection import project, unproject
 from tinykg_kernels.rows import live_rows
-from tinykg_kernels.sparse import csr_matmul
+from tinykg_kernels.sparse import csr_matmul, csr_transposed_add_
 from tinykg_kernels.usage import backend_usage, backends_used, runtime_report
 
 __version__ = "0.1.0"
@@ -36,6 +36,7 @@ __all__ = [
     "backend_usage",
     "backends_used",
     "csr_matmul",
+    "csr_transposed_add_",
     "dequantize",
     "dropout_noise_backward",
     "leaky_relu_pair",

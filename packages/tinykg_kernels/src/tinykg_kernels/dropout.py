@@ -42,29 +42,46 @@ def _backward_body(kept_value: float, compiled: bool = False):  # one form eithe
 
 
 def apply_dropout_noise(
-    x: torch.Tensor, noise: torch.Tensor, backend: str | None = None, *, scale: float = 1.0
+    x: torch.Tensor,
+    noise: torch.Tensor,
+    backend: str | None = None,
+    *,
+    scale: float = 1.0,
+    out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`(x * (noise * scale), pack_planes(noise != 0))` for a dropout noise tensor of x's shape and
     dtype: the scaled noise itself (`scale` 1), or the bare 0/1 draws and `scale` the kept value
-    1 / (1 - p) as the noise holds it (the same values, without a pass to scale the draws)."""
+    1 / (1 - p) as the noise holds it (the same values, without a pass to scale the draws).
+
+    `out` (contiguous, x's shape and dtype; may be `noise` itself, whose draws the mask then
+    keeps): where the product is written. Writing over the draws saves a whole tensor of x's size
+    at the step's peak (each element is read before it is written)."""
     if x.shape != noise.shape or x.dtype != noise.dtype or not x.is_floating_point():
         raise ValueError(
             "apply_dropout_noise needs a float tensor and a noise tensor of its shape and dtype (got "
             f"{x.dtype} {tuple(x.shape)} and {noise.dtype} {tuple(noise.shape)})"
         )
+    if out is not None and not (
+        out.shape == x.shape and out.dtype == x.dtype and out.is_contiguous()
+    ):
+        raise ValueError(
+            f"apply_dropout_noise's 'out' needs x's shape {tuple(x.shape)} and dtype {x.dtype}, "
+            f"contiguous (got {out.dtype} {tuple(out.shape)})"
+        )
     with torch.no_grad():
         loops = planes.path(x, backend)
         if loops == "cpu-native":
             usage.record("dropout", loops)
-            return native.dropout_apply(x, noise, float(scale))
+            return native.dropout_apply(x, noise, float(scale), out=out)
         if loops == "triton":
             usage.record("dropout", loops)
             apply = dispatch.triton_planes().apply_dropout_noise
-            return apply(x.contiguous(), noise.contiguous(), float(scale))
-        out, kept = planes.run_fused(
+            return apply(x.contiguous(), noise.contiguous(), float(scale), out=out)
+        product, kept = planes.run_fused(
             _apply_body, (float(scale),), (x, noise), op="dropout", loops=loops
         )
-    return planes.from_planes(out, x.shape), kept
+        product = planes.from_planes(product, x.shape)
+    return (product if out is None else out.copy_(product)), kept
 
 
 def dropout_noise_backward(

@@ -162,11 +162,12 @@ def leaky_relu_pair_backward(
 
 
 def apply_dropout_noise(
-    x: torch.Tensor, noise: torch.Tensor, scale: float
+    x: torch.Tensor, noise: torch.Tensor, scale: float, out: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Contiguous float32 x and noise: (`x * (noise * scale)`, or `x * noise` at scale 1, and the
-    mask of noise != 0)."""
-    out = torch.empty_like(x)
+    mask of noise != 0); the product written into `out` when given (`noise` itself is fine: a
+    program loads its elements before it stores them)."""
+    out = torch.empty_like(x) if out is None else out
     kept = _mask_like(x)
     k = kept.numel()
     if k:

@@ -18,7 +18,9 @@ flags and CPU, and calls it on torch tensors' memory.
   as inductor's loops do (tested), so the two are interchangeable: `cpu_ops` calls it where it
   applies (float32 values, bfloat16 parameters, whole groups) and inductor's loops elsewhere.
 - `csr_matmul` sums each row's entries in order (deterministic); it equals the dense product to
-  float32 rounding, not torch's CSR product bit for bit.
+  float32 rounding, not torch's CSR product bit for bit. `csr_transposed_add` adds a block of
+  rows' transposed product into a dense matrix, in order (a zeroed matrix given every block in
+  order holds the transposed matrix's `csr_matmul`, bit for bit).
 
 `TINYKG_KERNELS_NATIVE=0` turns it off (under `auto`, inductor's loops and torch's CSR product then
 run); `status()` says whether the library is loaded, for a run's record.
@@ -48,7 +50,12 @@ from tinykg_kernels.native.plane_passes import (
     leaky_pair_backward_range,
     planes_applies,
 )
-from tinykg_kernels.native.sparse import PARALLEL_MIN_ROWS, csr_applies, csr_matmul
+from tinykg_kernels.native.sparse import (
+    PARALLEL_MIN_ROWS,
+    csr_applies,
+    csr_matmul,
+    csr_transposed_add,
+)
 
 __all__ = [
     "CACHE_ENV",
@@ -60,6 +67,7 @@ __all__ = [
     "available",
     "csr_applies",
     "csr_matmul",
+    "csr_transposed_add",
     "dequantize_groups",
     "dropout_apply",
     "dropout_backward",

@@ -121,6 +121,8 @@ SIGNATURES = {
     "tinykg_dropout_backward": ([_P, _P, _I64, _F32, _P], None),
     "tinykg_csr_matmul_i32": ([_P, _P, _P, _P, _I64, _I64, _P], None),
     "tinykg_csr_matmul_i64": ([_P, _P, _P, _P, _I64, _I64, _P], None),
+    "tinykg_csr_transposed_add_i32": ([_P, _P, _P, _P, _I64, _I64, _P], None),
+    "tinykg_csr_transposed_add_i64": ([_P, _P, _P, _P, _I64, _I64, _P], None),
 }
 
 

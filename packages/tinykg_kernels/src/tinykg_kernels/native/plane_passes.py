@@ -75,11 +75,13 @@ def leaky_pair_backward_range(
 
 
 def dropout_apply(
-    x: torch.Tensor, noise: torch.Tensor, scale: float
+    x: torch.Tensor, noise: torch.Tensor, scale: float, out: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`tinykg_kernels.apply_dropout_noise` for tensors `planes_applies` accepts (same shape)."""
+    """`tinykg_kernels.apply_dropout_noise` for tensors `planes_applies` accepts (same shape); the
+    product written into `out` when given (contiguous; `noise` itself is fine: each element is
+    read before it is written)."""
     x, noise = x.contiguous(), noise.contiguous()
-    out, kept = torch.empty_like(x), _mask_for(x)
+    out, kept = torch.empty_like(x) if out is None else out, _mask_for(x)
     library.load().tinykg_dropout_apply(
         x.data_ptr(), noise.data_ptr(), x.numel(), scale, out.data_ptr(), kept.data_ptr()
     )

@@ -73,6 +73,35 @@ def csr_matmul(
     return out
 
 
+def csr_transposed_add(
+    crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, x: torch.Tensor, out: torch.Tensor
+) -> torch.Tensor:
+    """`out += A[rows]^T @ x` in place, for a block of A's rows in CSR: `crow` the block's row
+    pointers into the whole `col` and `values` (`len(crow) - 1` rows), x `[rows, width]`, out
+    `[columns, width]`, float32 and contiguous (see `csr_applies`). Entries are added in order on
+    one core (rows of the block may share a column: no threads), so a zeroed `out` given every row
+    in order gets the transposed CSR product's bits."""
+    n_rows, width = crow.numel() - 1, x.shape[1]
+    if x.shape[0] != n_rows or out.dim() != 2 or out.shape[1] != width:
+        raise ValueError(
+            f"csr_transposed_add needs x [{n_rows}, width] and out [columns, width] of one width "
+            f"(got x {tuple(x.shape)}, out {tuple(out.shape)})"
+        )
+    if not (out.is_contiguous() and out.dtype == torch.float32 and out.device.type == "cpu"):
+        raise ValueError("csr_transposed_add writes into a contiguous float32 CPU 'out'")
+    x, values, crow, col = x.contiguous(), values.contiguous(), crow.contiguous(), col.contiguous()
+    kernel = (
+        library.load().tinykg_csr_transposed_add_i32
+        if crow.dtype == torch.int32
+        else library.load().tinykg_csr_transposed_add_i64
+    )
+    kernel(
+        crow.data_ptr(), col.data_ptr(), values.data_ptr(), x.data_ptr(), n_rows, width,
+        out.data_ptr(),
+    )  # fmt: skip
+    return out
+
+
 @functools.cache
 def _pool(pid: int, workers: int) -> ThreadPoolExecutor:
     """Threads for `csr_matmul`'s slices, per process (`pid`: a forked child makes its own)."""
