@@ -7,7 +7,7 @@ forward op) of one training step, above what was live when the step began.
 The trainer's own session and step (`bench_memory.open_step_session`, `epoch.run_phase`) on the
 epoch's first CF batch, after two warm-up steps, under `torch.autograd.profiler` with its
 allocation record. Every allocation and free is attributed to the innermost autograd node it
-happened in (`CompressedBiInteractionBackward`, `L2NormalizeBackward`, ...; in forward the innermost
+happened in (`PropagatedBiInteractionBackward`, `L2NormalizeBackward`, ...; in forward the innermost
 op), and each node's line is the largest total of live bytes reached while it ran. The step's peak
 is the largest line; the nodes near it are what a cut must lower together (cutting one node's
 temporaries moves the peak only down to the next node's).

@@ -30,7 +30,7 @@ def test_a_kgat_step_lists_its_backward_nodes_largest_first(tiny_dataset_dir: Pa
     assert lines[0].startswith("kgat bits 2: MiB live")
     names = [line.split()[1] for line in lines[1:]]
     values = [float(line.split()[0]) for line in lines[1:]]
-    assert "CompressedBiInteractionBackward" in names and "L2NormalizeBackward" in names
+    assert "PropagatedBiInteractionBackward" in names and "L2NormalizeBackward" in names
     assert values == sorted(values, reverse=True) and values[0] > 0
 
 
@@ -45,13 +45,13 @@ def test_gpu_blocks_cut_the_step_as_a_gpu_would(tiny_dataset_dir: Path, monkeypa
         return budgets[-1][0]
 
     monkeypatch.setattr(blocks, "device_budget", recording)
-    bi_module = importlib.import_module("tinykg_train.compress.ops.bi_interaction")  # not the op
-    monkeypatch.setattr(bi_module, "device_budget", recording)
+    layer_op = importlib.import_module("tinykg_train.compress.ops.propagated_bi_interaction")
+    monkeypatch.setattr(layer_op, "device_budget", recording)
     argv = ["--dataset", str(tiny_dataset_dir), "--model", "kgat", "--gpu-blocks"]
     assert main(argv) == 0
     assert budgets and all(device == "cuda" for _, device in budgets)
     assert blocks._budget_device is None  # restored after the run
-    assert "CompressedBiInteractionBackward" in capsys.readouterr().out
+    assert "PropagatedBiInteractionBackward" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

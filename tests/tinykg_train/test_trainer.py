@@ -293,6 +293,7 @@ def test_metrics_json_records_the_kernel_backends_that_ran_and_torch_threads(
     assert metrics["kernels_backends"] == backend_usage(since=before) == result["kernels_backends"]
     assert sum(metrics["kernels_backends"]["quantize"].values()) > 0
     assert set(metrics["kernels_backends"]["csr_matmul"]) <= {"cpu-native", "torch"}
+    assert set(metrics["kernels_backends"]["csr_transposed_add"]) <= {"cpu-native", "torch"}
     assert metrics["tinykg_kernels_version"] == tinykg_kernels.__version__
     assert metrics["torch_threads"] == torch.get_num_threads()
     assert metrics["kernels_native"] in ("loaded", "not loaded") or metrics[

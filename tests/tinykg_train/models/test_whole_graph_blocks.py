@@ -1,14 +1,18 @@
 """Whole-graph work in blocks of rows gives the numbers of the code before blocks, bit for bit.
 
-The reference is the earlier code itself (the bi-interaction backward on whole tensors, KGIN's
-relational mean over all edges at once), patched back in. Against it:
-the losses and every parameter's gradient after a step, and the weights after a few Adam steps, with
-the default blocks (one block on this tiny graph) and with blocks of a few rows (dozens of blocks).
+The reference is the earlier code itself (the bi-interaction backward on whole tensors after the
+propagation as its own op, KGIN's relational mean over all edges at once), patched back in. Against
+it: the losses and every parameter's gradient after a step, and the weights after a few Adam steps,
+with the default blocks (one block on this tiny graph) and with blocks of a few rows (dozens of
+blocks). One exception, by design: a compressed KGAT layer in several blocks
+(`ops.propagated_bi_interaction`) sums its weight gradients and A^T's product block by block, so
+there it matches to float32 rounding.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 
 import pytest
@@ -22,6 +26,7 @@ from tinykg_train.compress.saving import load, save
 from tinykg_train.models import build_model, relational
 
 bi_module = importlib.import_module("tinykg_train.compress.ops.bi_interaction")  # not the op
+propagated_module = importlib.import_module("tinykg_train.compress.ops.propagated_bi_interaction")
 TINY_BLOCK = 2048  # bytes: blocks of ~128 rows (the matrix-product floor), ~40 edges
 
 
@@ -103,9 +108,23 @@ class PreviousRelationalMean(torch.autograd.Function):
         return grad_x, grad_weight, None, None, None, None, None, None
 
 
+def two_op_bi_interaction(ego, propagation, *weights, config, block_bytes=None):
+    """`ops.propagated_bi_interaction` as it was: the propagation as its own op, then
+    `bi_interaction` recomputing the neighbors in backward."""
+    return bi_module.bi_interaction(
+        ego, propagation(ego), *weights, config=config, neighbors_of=propagation,
+        block_bytes=block_bytes,
+    )  # fmt: skip
+
+
 @contextlib.contextmanager
 def previous_code(monkeypatch):
     with monkeypatch.context() as patch:
+        patch.setattr(
+            importlib.import_module("tinykg_train.compress.ops"),
+            "propagated_bi_interaction",
+            two_op_bi_interaction,
+        )
         patch.setattr(
             bi_module.CompressedBiInteraction,
             "backward",
@@ -157,12 +176,17 @@ def test_blocked_training_is_the_previous_code_bit_for_bit(
         reference = run(tiny_dataset, make_config, model_name, bits, steps=3, blocks=None)
     for blocks in (None, TINY_BLOCK):
         losses, grads, weights = run(tiny_dataset, make_config, model_name, bits, 3, blocks)
-        assert all(torch.equal(a, b) for a, b in zip(losses, reference[0], strict=True)), blocks
+        if model_name == "kgat" and bits < 32 and blocks is not None:
+            same = functools.partial(torch.allclose, rtol=1e-4, atol=1e-7)
+        else:
+            same = torch.equal
+        assert same(losses[0], reference[0][0]), blocks
         assert grads.keys() == reference[1].keys()
         for name, grad in grads.items():
-            assert torch.equal(grad, reference[1][name]), (blocks, name)
+            assert same(grad, reference[1][name]), (blocks, name)
+        assert all(same(a, b) for a, b in zip(losses, reference[0], strict=True)), blocks
         for name, weight in weights.items():
-            assert torch.equal(weight, reference[2][name]), (blocks, name)
+            assert same(weight, reference[2][name]), (blocks, name)
 
 
 def test_tiny_blocks_really_cut_the_graph_into_many(tiny_dataset, make_config, monkeypatch):
@@ -176,6 +200,7 @@ def test_tiny_blocks_really_cut_the_graph_into_many(tiny_dataset, make_config, m
         return iter(pieces)
 
     monkeypatch.setattr(bi_module, "spans", counting)
+    monkeypatch.setattr(propagated_module, "spans", counting)
     run(tiny_dataset, make_config, "kgat", 2, steps=1, blocks=TINY_BLOCK)
     assert calls and min(calls) >= 4, calls
 

@@ -99,12 +99,8 @@ class KGAT(EmbeddingRecommender):
         order = compact(order)
         self.register_buffer("edges_by_relation", order, persistent=False)
         self.relation_edge_counts = counts
-        interact_start = sum(counts[:INTERACT])
-        self.register_buffer(
-            "interaction_edges",
-            order[interact_start : interact_start + counts[INTERACT]].clone(),
-            persistent=False,
-        )
+        # where the user -> item edges sit in that order (a slice of it, not a copy: 48 MiB at 10M)
+        self.interaction_span = (sum(counts[:INTERACT]), counts[INTERACT])
         self.graph = CSRGraph(edges.edge_index, self.num_nodes)
         self.register_buffer("attention", torch.empty(edges.num_edges), persistent=False)
         self.register_buffer(
@@ -176,15 +172,22 @@ class KGAT(EmbeddingRecommender):
         layer: no `[users + items, final dim]` representations, whose gradients (two such dense
         tensors) were held through the whole backward, and no copies of every user's and item's
         rows of each layer in forward. Each gather's gradient (a `[nodes, dim]` tensor) is made
-        just before its layer's backward. The same values; the same gradients up to the order of
-        their sums (a node's duplicates in the batch, the table's parts)."""
+        just before its layer's backward, and only the gathered rows are normalized (the layer's
+        `rows`), so no normalization's whole-graph gradient is made beside it. The same values;
+        the same gradients up to the order of their sums (a node's duplicates in the batch, the
+        table's parts)."""
         nodes = torch.cat([users + self.n_entities, pos_items, neg_items])
         x = self.node_embedding
         parts = [x.index_select(0, nodes)]
-        for layer in self.layers:
-            x, normalized = layer(x, self.graph, self.attention_entries)
-            parts.append(normalized.index_select(0, nodes))
-            del normalized
+        for depth, layer in enumerate(self.layers, start=1):
+            x, normalized = layer(
+                x,
+                self.graph,
+                self.attention_entries,
+                rows=nodes,
+                output_saved_next=depth < len(self.layers),
+            )
+            parts.append(normalized)
         sizes = [len(users), len(pos_items), len(neg_items)]
         u, pos, neg = torch.cat(parts, dim=1).split(sizes)
         return u, pos, neg
@@ -282,10 +285,10 @@ class KGAT(EmbeddingRecommender):
 
     def sample_interactions(self, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """`n` random train (user node, item) pairs and a uniformly drawn negative item each."""
-        device = self.interaction_edges.device
-        picked = self.interaction_edges[
-            torch.randint(len(self.interaction_edges), (n,), device=device)
-        ]
+        start, count = self.interaction_span
+        interaction_edges = self.edges_by_relation[start : start + count]
+        device = interaction_edges.device
+        picked = interaction_edges[torch.randint(count, (n,), device=device)]
         users, items = self.edge_index[1, picked], self.edge_index[0, picked]
         return users, items, torch.randint(self.n_items, (n,), device=device)
 

@@ -60,6 +60,12 @@ class _Propagation:
         self._check()
         return self.graph.rows(x, self.attention, start, stop)
 
+    def add_transposed_rows(
+        self, x: torch.Tensor, start: int, stop: int, out: torch.Tensor
+    ) -> torch.Tensor:
+        self._check()
+        return self.graph.add_transposed_rows(x, self.attention, start, stop, out)
+
 
 #: The mean in-degree from which a KGAT layer stores its neighbor vectors (quantized) instead of
 #: recomputing them from the ego vectors in backward. The recompute costs a sparse product (time
@@ -105,13 +111,25 @@ class BiInteractionLayer(CompressedModule):
         self.block_bytes: int | None = None  # backward temporaries at once (compress.blocks)
 
     def forward(
-        self, ego, graph: CSRGraph, attention: torch.Tensor, num_targets: int | None = None
+        self,
+        ego,
+        graph: CSRGraph,
+        attention: torch.Tensor,
+        num_targets: int | None = None,
+        rows: torch.Tensor | None = None,
+        output_saved_next: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """`attention`: the graph's matrix entries (`graph.values(per-edge attention)`).
 
         `num_targets` (a sampled step's layer block): `ego` holds the graph's sources, of which the
         first `num_targets` are its targets, and only those get an output; backward recomputes the
-        neighbors from the stored sources."""
+        neighbors from the stored sources.
+
+        `rows` (a whole-graph CF step's batch): the normalized copy of only those rows of the
+        output (the same values as its rows: normalization is row-wise), so nothing whole-graph
+        is saved for it nor made in its backward; with `output_saved_next` (the next layer saves
+        the output) the output is offered to that save in the form the whole normalization would
+        have stored (`ops.offer_normalized`)."""
         c = self.compression
         weights = (
             self.sum_linear.weight,
@@ -128,16 +146,32 @@ class BiInteractionLayer(CompressedModule):
         else:
             out = self._trained_aggregate(ego, graph, attention, num_targets, weights)
         out = ops.dropout(out, self.dropout, self.training, config=c)
-        return out, ops.l2_normalize(out, dim=-1, config=c)
+        if rows is None:
+            return out, ops.l2_normalize(out, dim=-1, config=c)
+        if output_saved_next:
+            ops.offer_normalized(out, config=c)
+        return out, ops.l2_normalize(out.index_select(0, rows), dim=-1, config=c)
 
     def _trained_aggregate(self, ego, graph: CSRGraph, attention, num_targets, weights):
-        """The aggregator with gradient: the neighbors once, the compressed op saving only what its
-        backward cannot rebuild (`ops.bi_interaction`)."""
+        """The aggregator with gradient. Compressed over the whole graph: propagation and
+        aggregator in one op, a block of rows at a time (`ops.propagated_bi_interaction`), unless
+        the neighbors are worth storing. Else the neighbors once, the compressed op saving only
+        what its backward cannot rebuild (`ops.bi_interaction`)."""
+        whole = num_targets is None
+        stores = whole and stores_neighbors(graph, ego, self.block_bytes)
+        if whole and not stores and self.compression.enabled:
+            return ops.propagated_bi_interaction(
+                ego,
+                _Propagation(graph, attention),
+                *weights,
+                config=self.compression,
+                block_bytes=self.block_bytes,
+            )
         neighbors = graph(ego, attention)
         sources, neighbors_of = None, _Propagation(graph, attention)
         if num_targets is not None:
             sources, ego = ego, ego[:num_targets]
-        elif stores_neighbors(graph, ego, self.block_bytes):
+        elif stores:
             neighbors_of = None
         # neighbors_of None: the neighbors are stored; else recomputed from the stored ego (or
         # sources). The whole-graph neighbors are dropped on return, before the dropout.

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tinykg_kernels import csr_matmul, dispatch, native
+from tinykg_kernels import csr_matmul, csr_transposed_add_, dispatch, native, usage
 from tinykg_train.compress.saving import apply_compressed
 
 INT32_LIMIT = 2**31 - 1
@@ -82,11 +82,22 @@ class CSRGraph(nn.Module):
         chosen = dispatch.select_backend(x.device, None, dispatch.CPU_LOOPS_MIN_NUMEL)
         # as `csr_matmul` chooses for the whole product; native row pointers index all entries
         if chosen == "cpu-native" and native.csr_applies(self.crow, self.col, values, x):
+            usage.record("csr_matmul", "cpu-native")
             return native.csr_matmul(self.crow[start : stop + 1], self.col, values, x)
+        usage.record("csr_matmul", "torch")
         first, last = self.row_bounds(start, stop)
         crow = self.crow[start : stop + 1] - first
         shape = (stop - start, self.num_sources)
         return _csr(crow, self.col[first:last], values[first:last], shape) @ x.contiguous()
+
+    @torch.no_grad()
+    def add_transposed_rows(
+        self, x: torch.Tensor, values: torch.Tensor, start: int, stop: int, out: torch.Tensor
+    ) -> torch.Tensor:
+        """`out += A[start:stop]^T @ x` in place, x `[stop - start, dim]`, out `[num_sources,
+        dim]`: a block of rows' gradient pushed back through `A @ x` (every block in order into a
+        zeroed `out`: the backward's `A^T @ grad`, bit for bit on the CPU)."""
+        return csr_transposed_add_(self.crow[start : stop + 1], self.col, values, x, out)
 
     def row_bounds(self, start: int, stop: int) -> tuple[int, int]:
         """`(crow[start], crow[stop])`: where rows `start:stop` begin and end among the entries,

@@ -2,8 +2,9 @@
 
 Every op takes `config=` (a `CompressionConfig`). With `config.bits == 32` the elementwise ops,
 `linear`, `embedding`, `gather`, `score_margin`, `sum_of_squares`, `tanh`, `softmax`,
-`l2_normalize`, `squared_distance`, `translation_scores`, `recomputed` and `bi_interaction` (KGAT's
-aggregator, fused so that it saves only its two factors) are the plain torch ops; `spmm` and
+`l2_normalize`, `squared_distance`, `translation_scores`, `recomputed`, `bi_interaction` (KGAT's
+aggregator, fused so that it saves only its two factors) and `propagated_bi_interaction` (a
+whole-graph KGAT layer, propagation included, a block of rows at a time) are the plain torch ops; `spmm` and
 `edge_softmax` (which torch lacks) and `grouped_linear` (whose plain autograd would be slow) are
 Functions that save the minimum their gradients need, uncompressed; `recomputed` saves a small
 subgraph's inputs only and runs it again in backward.
@@ -19,8 +20,9 @@ from tinykg_train.compress.ops.gather import gather
 from tinykg_train.compress.ops.grouped_linear import grouped_linear
 from tinykg_train.compress.ops.linear import linear
 from tinykg_train.compress.ops.message_passing import spmm
-from tinykg_train.compress.ops.normalize import l2_normalize
+from tinykg_train.compress.ops.normalize import l2_normalize, offer_normalized
 from tinykg_train.compress.ops.output_saving import softmax, tanh
+from tinykg_train.compress.ops.propagated_bi_interaction import propagated_bi_interaction
 from tinykg_train.compress.ops.recompute import recomputed
 
 __all__ = [
@@ -35,6 +37,8 @@ __all__ = [
     "leaky_relu",
     "linear",
     "mul",
+    "offer_normalized",
+    "propagated_bi_interaction",
     "recomputed",
     "relu",
     "score_margin",

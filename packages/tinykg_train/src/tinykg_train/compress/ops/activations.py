@@ -65,7 +65,8 @@ class MaskedDropout(torch.autograd.Function):
     def forward(ctx: Any, x: torch.Tensor, p: float) -> torch.Tensor:
         draws = torch.empty_like(x).bernoulli_(1 - p)  # F.dropout's draws, not yet scaled
         ctx.kept_value = _kept_value(x.dtype, p)
-        out, kept = apply_dropout_noise(x, draws, scale=ctx.kept_value)
+        # the output over the draws: one tensor of x's size less at the peak of a whole-graph step
+        out, kept = apply_dropout_noise(x, draws, scale=ctx.kept_value, out=draws)
         save(ctx, PlaneMask(kept, x.shape))
         return out
 

@@ -67,6 +67,21 @@ def _backward_by_rows(grad, stored: Compressed, norm, eps: float) -> torch.Tenso
     return grad_x
 
 
+def offer_normalized(x: torch.Tensor, eps: float = 1e-12, *, config: CompressionConfig) -> None:
+    """Have the ops that save `x [rows, dim]` later in the step store it as `l2_normalize(x)`
+    would have (its output at `normalize_bits` and the norms: `codec.offer_rescaled`), when only
+    some rows of x are normalized with gradient (`l2_normalize(x[batch])`: a KGAT step's rows).
+    The normalization's own save and its whole-graph backward are then gone, and the next layer
+    stores x exactly as before. Nothing without gradient or compression."""
+    if not config.enabled or not torch.is_grad_enabled():
+        return
+    normalized = config.for_normalized()
+    with torch.no_grad():
+        norm = x.norm(p=2, dim=-1, keepdim=True)
+        stored = compress(x / norm.clamp_min(eps), normalized)  # L2Normalize's arithmetic
+    offer_rescaled(x, stored, norm, eps, normalized)
+
+
 def l2_normalize(
     x: torch.Tensor, dim: int = -1, eps: float = 1e-12, *, config: CompressionConfig
 ) -> torch.Tensor:
