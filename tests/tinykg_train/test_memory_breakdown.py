@@ -93,8 +93,10 @@ def test_activations_fall_with_bits_and_tables_and_adam_state_grow_with_embed_di
     assert int2["cf"]["activations"] * 4 < fp32["cf"]["activations"]
     assert int2["cf"]["activations"] == runs[(2, 16)]["activation_bytes"]  # the same count
     assert int2["cf"]["peak"] < fp32["cf"]["peak"]
-    for part in ("embedding_tables", "graph_buffers", "optimizer_state"):
+    for part in ("embedding_tables", "optimizer_state"):
         assert int2["cf"][part] == fp32["cf"][part]  # bits change neither
+    # compressed, KGAT's layers push gradients back a block of rows at a time: no transposed CSR
+    assert int2["cf"]["graph_buffers"] < fp32["cf"]["graph_buffers"]
     assert wide["cf"]["embedding_tables"] == 2 * int2["cf"]["embedding_tables"]
     assert wide["kg"]["optimizer_state"] > 1.9 * int2["kg"]["optimizer_state"]
     assert wide["cf"]["graph_buffers"] == int2["cf"]["graph_buffers"]

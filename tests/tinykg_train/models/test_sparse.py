@@ -52,6 +52,29 @@ def test_gradient_is_exact_under_int2_compression(bipartite):
     torch.testing.assert_close(x.grad, expected)
 
 
+def test_a_graph_made_without_its_transpose_builds_the_same_one_when_a_backward_asks(bipartite):
+    edge_index, weight, num_nodes, num_sources = bipartite
+    eager = CSRGraph(edge_index, num_nodes, num_sources)
+    lazy = CSRGraph(edge_index, num_nodes, num_sources, transposed=False)
+    assert lazy.transposed_order is None and "crow_t" not in dict(lazy.named_buffers())
+    x = torch.randn(num_sources, 8, requires_grad=True)
+    lazy(x, lazy.values(weight)).sum().backward()
+    for built, made in zip(lazy.transposed(), eager.transposed(), strict=True):
+        assert torch.equal(built, made) and built.dtype == made.dtype
+    assert x.grad is not None
+
+
+def test_each_edge_s_ends_are_read_back_from_the_csr(bipartite):
+    edge_index, _, num_nodes, num_sources = bipartite
+    graph = CSRGraph(edge_index, num_nodes, num_sources)
+    some = torch.tensor([0, 7, 405, 419])  # 405 and 419 repeat pairs merged into one entry
+    for edges, rows in ((None, None), (None, graph.entry_rows()), (some, None)):
+        sources, targets = graph.edge_ends(edges, rows)
+        wanted = edge_index if edges is None else edge_index[:, edges]
+        assert torch.equal(sources.long(), wanted[0]) and torch.equal(targets.long(), wanted[1])
+        assert sources.dtype == targets.dtype == graph.col.dtype
+
+
 def test_rejects_features_of_the_wrong_node_count(bipartite):
     edge_index, weight, num_nodes, num_sources = bipartite
     graph = CSRGraph(edge_index, num_nodes, num_sources)

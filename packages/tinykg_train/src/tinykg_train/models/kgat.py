@@ -93,20 +93,30 @@ class KGAT(EmbeddingRecommender):
 
         # Graph tensors are derived from the dataset: rebuilt, never checkpointed. Edge positions
         # are int32 when they fit (at 17.5M edges each int64 copy would hold 70 MB more); the
-        # per-edge relation ids are needed only for this order, so they are not kept.
-        self.register_buffer("edge_index", edges.edge_index, persistent=False)
+        # per-edge relation ids are needed only for this order, so they are not kept, nor the edge
+        # list: each edge's ends are read from the CSR (`edge_index`, `CSRGraph.edge_ends`).
         order, counts = sort_by_relation(edges.relation, self.num_relations)
         order = compact(order)
         self.register_buffer("edges_by_relation", order, persistent=False)
         self.relation_edge_counts = counts
         # where the user -> item edges sit in that order (a slice of it, not a copy: 48 MiB at 10M)
         self.interaction_span = (sum(counts[:INTERACT]), counts[INTERACT])
-        self.graph = CSRGraph(edges.edge_index, self.num_nodes)
+        # compressed, a whole-graph layer pushes gradients back a block of rows at a time
+        # (`ops.propagated_bi_interaction`): no transposed structure unless a backward asks
+        self.graph = CSRGraph(
+            edges.edge_index, self.num_nodes, transposed=not self.compression.enabled
+        )
         self.register_buffer("attention", torch.empty(edges.num_edges), persistent=False)
         self.register_buffer(
             "attention_entries", torch.empty(self.graph.num_entries), persistent=False
         )
         self.refresh_attention()
+
+    @property
+    def edge_index(self) -> torch.Tensor:
+        """Every CKG edge `[2, E]` (sources, targets), in the dataset's order, made on request
+        from the CSR (not kept: 153 MiB at 20M edges)."""
+        return torch.stack(self.graph.edge_ends(entry_rows=self.graph.entry_rows()))
 
     # -- attention ---------------------------------------------------------------------------------
 
@@ -124,6 +134,7 @@ class KGAT(EmbeddingRecommender):
         """pi(h, r, t) for every edge from the current weights, softmax-normalised per head `h`."""
         embedding = self.node_embedding.detach()
         scores = torch.empty_like(self.attention)
+        entry_rows = self.graph.entry_rows()  # each edge's head, through the CSR (`edge_ends`)
         start = 0
         for relation, count in enumerate(self.relation_edge_counts):
             edge_ids = self.edges_by_relation[start : start + count]
@@ -134,7 +145,7 @@ class KGAT(EmbeddingRecommender):
             # Project every node once when the relation touches many of them, else only its ends.
             projected = embedding @ transfer if 2 * count > self.num_nodes else None
             for chunk in edge_ids.split(max(1, ATTENTION_CHUNK_FLOATS // embedding.shape[1])):
-                tails, heads = self.edge_index[0, chunk], self.edge_index[1, chunk]
+                tails, heads = self.graph.edge_ends(chunk, entry_rows)
                 if projected is not None:
                     head_vectors, tail_vectors = projected[heads], projected[tails]
                 else:
@@ -145,8 +156,10 @@ class KGAT(EmbeddingRecommender):
                 # in place: the chunk's two projections are its only [chunk, dim] tensors
                 head_vectors.add_(relation_vector).tanh_()
                 scores[chunk] = tail_vectors.mul_(head_vectors).sum(-1)
+        heads = self.graph.edge_ends(entry_rows=entry_rows)[1]
+        del entry_rows
         self.attention.copy_(
-            ops.edge_softmax(scores, self.edge_index[1], self.num_nodes, config=self.compression)
+            ops.edge_softmax(scores, heads, self.num_nodes, config=self.compression)
         )
         self.attention_entries.copy_(self.graph.values(self.attention))
 
@@ -289,7 +302,7 @@ class KGAT(EmbeddingRecommender):
         interaction_edges = self.edges_by_relation[start : start + count]
         device = interaction_edges.device
         picked = interaction_edges[torch.randint(count, (n,), device=device)]
-        users, items = self.edge_index[1, picked], self.edge_index[0, picked]
+        items, users = self.graph.edge_ends(picked)
         return users, items, torch.randint(self.n_items, (n,), device=device)
 
     def project(

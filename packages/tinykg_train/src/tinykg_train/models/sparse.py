@@ -33,31 +33,76 @@ class CSRGraph(nn.Module):
     `forward(x, values)` is `A @ x` with the backward `A^T @ grad`.
     """
 
-    def __init__(self, edge_index: torch.Tensor, num_nodes: int, num_sources: int | None = None):
+    def __init__(
+        self,
+        edge_index: torch.Tensor,
+        num_nodes: int,
+        num_sources: int | None = None,
+        *,
+        transposed: bool = True,
+    ):
+        """`transposed=False`: the transpose's structure (3 index words per entry) is built only
+        when a backward first asks for it, for a graph whose gradients go through blocks of rows
+        (`add_transposed_rows`) or that is only read without gradient."""
         super().__init__()
         self.num_nodes = int(num_nodes)
         self.num_sources = int(num_sources if num_sources is not None else num_nodes)
         source, target = edge_index[0].long(), edge_index[1].long()
         keys, slot = torch.unique(target * self.num_sources + source, return_inverse=True)
         rows, cols = keys // self.num_sources, keys % self.num_sources
-        transposed = torch.argsort(cols * self.num_nodes + rows)
-        index_dtype = (
+        self.index_dtype = (
             torch.int32
             if max(len(keys), num_nodes, self.num_sources) < INT32_LIMIT
             else torch.int64
         )
-        self.register_buffer("slot", slot.to(index_dtype), persistent=False)
+        self.register_buffer("slot", slot.to(self.index_dtype), persistent=False)
         self.register_buffer("crow", _crow(rows, self.num_nodes), persistent=False)
-        self.register_buffer("col", cols.to(index_dtype), persistent=False)
-        self.register_buffer("transposed_order", transposed.to(index_dtype), persistent=False)
-        self.register_buffer("crow_t", _crow(cols[transposed], self.num_sources), persistent=False)
-        self.register_buffer("col_t", rows[transposed].to(index_dtype), persistent=False)
+        self.register_buffer("col", cols.to(self.index_dtype), persistent=False)
+        for name in ("transposed_order", "crow_t", "col_t"):
+            self.register_buffer(name, None, persistent=False)
+        if transposed:
+            self._build_transposed(rows, cols)
         # `row_bounds`' copy: a plain attribute, so it stays on the host when the module moves
         self._host_crow = self.crow.cpu()
+
+    def _build_transposed(self, rows: torch.Tensor, cols: torch.Tensor) -> None:
+        """`A^T` in CSR: the entries' order by (column, row), its row pointers and columns."""
+        transposed = torch.argsort(cols * self.num_nodes + rows)
+        self.transposed_order = transposed.to(self.index_dtype)
+        self.crow_t = _crow(cols[transposed], self.num_sources)
+        self.col_t = rows[transposed].to(self.index_dtype)
+
+    def transposed(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`(transposed_order, crow_t, col_t)`, built from the CSR on first use if the graph was
+        made without them (the same order: entries sorted by (column, row) are unique keys)."""
+        if self.transposed_order is None:
+            counts = (self.crow[1:] - self.crow[:-1]).long()
+            positions = torch.arange(self.num_nodes, device=self.crow.device)
+            self._build_transposed(torch.repeat_interleave(positions, counts), self.col.long())
+        return self.transposed_order, self.crow_t, self.col_t
 
     @property
     def num_entries(self) -> int:
         return int(self.col.shape[0])
+
+    def entry_rows(self) -> torch.Tensor:
+        """Each matrix entry's row (its target), `[num_entries]`, made on request."""
+        counts = (self.crow[1:] - self.crow[:-1]).long()
+        rows = torch.arange(self.num_nodes, device=self.crow.device, dtype=self.col.dtype)
+        return torch.repeat_interleave(rows, counts)
+
+    def edge_ends(
+        self, edges: torch.Tensor | None = None, entry_rows: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(sources, targets)` of the given edges (positions in the `edge_index` the graph was
+        made from; all of them when None), read from the CSR through `slot`: a model need not keep
+        the edge list beside it (two index words per edge). `entry_rows`: `entry_rows()`, for
+        many calls (else each looks its edges' rows up in the row pointers)."""
+        entries = self.slot if edges is None else self.slot[edges]
+        if entry_rows is not None:
+            return self.col[entries], entry_rows[entries]
+        targets = torch.searchsorted(self.crow.long(), entries.long(), right=True) - 1
+        return self.col[entries], targets.to(self.col.dtype)
 
     def values(self, edge_weight: torch.Tensor) -> torch.Tensor:
         """Matrix entries from per-edge weights (duplicate pairs summed); no gradient."""
@@ -122,9 +167,8 @@ class _CSRMatmul(torch.autograd.Function):
         (values,) = ctx.saved_tensors
         if values is None:
             return None, None, None
-        graph = ctx.graph
-        transposed = values[graph.transposed_order]
-        return csr_matmul(graph.crow_t, graph.col_t, transposed, grad), None, None
+        order, crow_t, col_t = ctx.graph.transposed()
+        return csr_matmul(crow_t, col_t, values[order], grad), None, None
 
 
 def _crow(rows: torch.Tensor, num_rows: int) -> torch.Tensor:
