@@ -30,7 +30,7 @@ and the model), in pieces a training step's tensors may not fit. `release_freed_
 graph (one scratch measurement each, whole-graph KGAT INT2, 3 steps and the rankings): on the
 graph `benchmarks.peak_by_node --dataset synthetic:250000` generates the peak RSS fell from 4,232
 to 3,774 MiB; on `bench_scale`'s 10M graph it stayed within run-to-run noise (INT2 4,138 MiB before,
-4,183 and 4,154 in two runs after; section `scale-adam-state-10m-cpu` holds the latest).
+4,183 and 4,154 in two runs after; section `scale-whole-10m-cpu` holds the latest run).
 
 Set `TINYKG_CPU_ALLOCATOR=default` to leave malloc and torch as they are. Off Linux/glibc it does
 nothing.
