@@ -136,17 +136,8 @@ class PropagatedBiInteraction(torch.autograd.Function):
             propagation.add_transposed_rows(grad_neighbors, a, b, grad_ego)
             del grad_neighbors
             grad_ego[a:b] += through_sum.addcmul_(through_product, neighbors)
-        return (
-            grad_ego,
-            grad_sum_weight,
-            grad_sum_bias,
-            grad_product_weight,
-            grad_product_bias,
-            None,
-            None,
-            None,
-            None,
-        )
+        weight_grads = (grad_sum_weight, grad_sum_bias, grad_product_weight, grad_product_bias)
+        return (grad_ego, *weight_grads, None, None, None, None)
 
 
 def propagated_bi_interaction(
