@@ -158,7 +158,11 @@ def test_the_plane_mask_passes_run_natively_for_large_float32_tensors(monkeypatc
     for name in ("leaky_pair", "dropout_apply"):
         real = getattr(native, name)
         monkeypatch.setattr(
-            native, name, lambda *args, _real=real, _name=name: calls.append(_name) or _real(*args)
+            native,
+            name,
+            lambda *args, _real=real, _name=name, **kwargs: (
+                calls.append(_name) or _real(*args, **kwargs)
+            ),
         )
     big = torch.randn(128, 64)
     leaky_relu_pair(big, big, 0.2)
