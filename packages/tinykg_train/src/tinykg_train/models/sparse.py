@@ -76,9 +76,7 @@ class CSRGraph(nn.Module):
         """`(transposed_order, crow_t, col_t)`, built from the CSR on first use if the graph was
         made without them (the same order: entries sorted by (column, row) are unique keys)."""
         if self.transposed_order is None:
-            counts = (self.crow[1:] - self.crow[:-1]).long()
-            positions = torch.arange(self.num_nodes, device=self.crow.device)
-            self._build_transposed(torch.repeat_interleave(positions, counts), self.col.long())
+            self._build_transposed(self.entry_rows().long(), self.col.long())
         return self.transposed_order, self.crow_t, self.col_t
 
     @property
