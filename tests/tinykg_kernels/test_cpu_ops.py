@@ -9,7 +9,7 @@ import warnings
 import pytest
 import torch
 
-from tinykg_kernels import backend_usage, cpu_ops, dequantize, dispatch, quantize, reference
+from tinykg_kernels import backend_usage, cpu_ops, dequantize, dispatch, native, quantize, reference
 from tinykg_kernels.counter_noise import counter_noise, seed_keys
 from tinykg_kernels.packing import GroupLayout
 
@@ -74,6 +74,30 @@ def test_equals_the_reference_with_counter_noise(
     back = cpu_ops.dequantize(*got, layout, scheme, dtype, native_loops=native_loops)
     want = reference.dequantize(*expected, layout, scheme, dtype)
     assert back.dtype == dtype and torch.equal(back.view(torch.uint8), want.view(torch.uint8))
+
+
+@pytest.mark.parametrize("bits", [8, 2])
+def test_signed_zeros_fold_the_same_in_whole_blocks_of_groups_as_group_by_group(bits):
+    """Rows of +0.0 and -0.0 (a ReLU's output; negated for the maximum): which zero a range keeps
+    decides the zero point's sign bit. The native loops fold whole blocks of 16 groups of a
+    multiple of 16 values together; fewer than 16 groups per call take them group by group: both
+    must keep the same zero, bit for bit (and the value of the reference's)."""
+    if not native.available():
+        pytest.skip(f"the native library is {native.status()}")
+    generator = torch.Generator().manual_seed(11)
+    signs = torch.randint(0, 2, (64, 48), generator=generator).float() * 2 - 1
+    zeros = torch.zeros(64, 48) * signs  # +0.0 or -0.0 per element
+    kept = torch.rand(64, 48, generator=generator) > 0.5
+    positives = torch.rand(64, 48, generator=generator) * kept
+    relu = torch.where(positives > 0, positives, zeros)
+    for x in (relu, -relu):
+        whole = native.quantize_groups(x, bits, None, None)
+        parts = [native.quantize_groups(x[i : i + 8], bits, None, None) for i in range(0, 64, 8)]
+        for got, pieces in zip(whole, zip(*parts, strict=True), strict=True):
+            assert torch.equal(got.view(torch.uint8), torch.cat(pieces).view(torch.uint8))
+        layout = GroupLayout.for_shape(tuple(x.shape), None, bits)
+        _, scale, zero = reference_parts(x, layout, "uniform", torch.bfloat16, None)
+        assert torch.equal(whole[1], scale) and torch.equal(whole[2], zero)  # -0.0 == 0.0 here
 
 
 def test_which_layouts_compile():

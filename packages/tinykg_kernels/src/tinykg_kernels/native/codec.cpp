@@ -186,6 +186,69 @@ void group_range(const float* x, int64_t n, float* lo_out, float* hi_out, bool* 
   *has_nan = any_nan;
 }
 
+#if defined(__AVX512F__)
+// The ranges of 16 whole groups (group_len a multiple of 16) with no scalar fold: each group's
+// lanes accumulated as `group_range` does, then the 16 groups' lanes folded in its halves (lane i
+// with i + 8, then + 4, + 2, + 1), the lanes of 2, 4, 8 and then 16 groups sharing a vector, so
+// lane k of `lo` / `hi` is group k's `group_range`, the sign of a zero minimum included. Returns
+// false, with nothing written, when some value is NaN (those take `group_range`, which flags it).
+// With AVX-512 only, where 16 lanes are one vector: `group_range`'s fold of 32-value groups cost
+// as much as their codes.
+bool block_ranges(const float* x, int64_t group_len, vf16* lo_out, vf16* hi_out) {
+  vf16 lo[kLanes], hi[kLanes];
+  vi16 nan_seen = vi16{};
+  for (int k = 0; k < kLanes; ++k) {
+    const float* group = x + k * group_len;
+    vf16 l = vf16{} + __builtin_inff(), h = vf16{} - __builtin_inff();
+    for (int64_t j = 0; j < group_len; j += kLanes) {
+      const vf16 v = load<vf16>(group + j);
+      l = v < l ? v : l;
+      h = v > h ? v : h;
+      nan_seen |= v != v;
+    }
+    lo[k] = l;
+    hi[k] = h;
+  }
+  bool any_nan = false;
+  for (int i = 0; i < kLanes; ++i) any_nan |= nan_seen[i] != 0;
+  if (any_nan) return false;
+  // a: lanes i, b: lanes i + width, of the same groups; the fold keeps a on ties, as group_range
+  const auto fold_min = [](vf16 a, vf16 b) { return b < a ? b : a; };
+  const auto fold_max = [](vf16 a, vf16 b) { return b > a ? b : a; };
+  for (int m = 0; m < 8; ++m) {  // width 8: groups 2m, 2m + 1 -> 8 lanes each
+#define TINYKG_HALVES(v, w, F)                                                               \
+  F(__builtin_shufflevector(v, w, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23),   \
+    __builtin_shufflevector(v, w, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31))
+    lo[m] = TINYKG_HALVES(lo[2 * m], lo[2 * m + 1], fold_min);
+    hi[m] = TINYKG_HALVES(hi[2 * m], hi[2 * m + 1], fold_max);
+#undef TINYKG_HALVES
+  }
+  for (int m = 0; m < 4; ++m) {  // width 4: groups 4m .. 4m + 3 -> 4 lanes each
+#define TINYKG_QUARTERS(v, w, F)                                                             \
+  F(__builtin_shufflevector(v, w, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27), \
+    __builtin_shufflevector(v, w, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31))
+    lo[m] = TINYKG_QUARTERS(lo[2 * m], lo[2 * m + 1], fold_min);
+    hi[m] = TINYKG_QUARTERS(hi[2 * m], hi[2 * m + 1], fold_max);
+#undef TINYKG_QUARTERS
+  }
+  for (int m = 0; m < 2; ++m) {  // width 2: groups 8m .. 8m + 7 -> 2 lanes each
+#define TINYKG_PAIRS(v, w, F)                                                                \
+  F(__builtin_shufflevector(v, w, 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29), \
+    __builtin_shufflevector(v, w, 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31))
+    lo[m] = TINYKG_PAIRS(lo[2 * m], lo[2 * m + 1], fold_min);
+    hi[m] = TINYKG_PAIRS(hi[2 * m], hi[2 * m + 1], fold_max);
+#undef TINYKG_PAIRS
+  }
+#define TINYKG_LANES(v, w, F)                                                                \
+  F(__builtin_shufflevector(v, w, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30), \
+    __builtin_shufflevector(v, w, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31))
+  *lo_out = TINYKG_LANES(lo[0], lo[1], fold_min);  // width 1: lane k is group k
+  *hi_out = TINYKG_LANES(hi[0], hi[1], fold_max);
+#undef TINYKG_LANES
+  return true;
+}
+#endif
+
 struct NormalTable {
   float level[4];
   float inverse_width[3];
@@ -278,6 +341,20 @@ inline void pack_native(vin codes, uint8_t* out) {
   const vbn bytes = low_bytes(codes);
   if constexpr (BITS == 8) {
     store(out, bytes);
+  } else if constexpr (kNativeLanes == 16) {  // both 64-bit words shifted at once, in a vector
+    typedef uint64_t vwords __attribute__((vector_size(16)));
+    constexpr int kPerByte = 8 / BITS;
+    const vwords words = reinterpret_cast<vwords>(bytes);
+    vwords merged = words;
+    for (int k = 1; k < kPerByte; ++k) merged |= words >> (k * (8 - BITS));
+    const vb16 packed = reinterpret_cast<vb16>(merged);  // byte kPerByte * b of each word
+    if constexpr (BITS == 4) {
+      store(out, __builtin_shufflevector(packed, packed, 0, 2, 4, 6, 8, 10, 12, 14));
+    } else if constexpr (BITS == 2) {
+      store(out, __builtin_shufflevector(packed, packed, 0, 4, 8, 12));
+    } else {
+      store(out, __builtin_shufflevector(packed, packed, 0, 8));
+    }
   } else {
     constexpr int kChunk = kNativeLanes < 8 ? kNativeLanes : 8;  // bytes per word read
     constexpr int kPerByte = 8 / BITS;                           // codes (bytes) per packed byte
@@ -347,7 +424,12 @@ void quantize_groups(const float* x, int64_t n_groups, int64_t group_len, const 
     const int count = n_groups - g0 < kLanes ? static_cast<int>(n_groups - g0) : kLanes;
     vf16 lo = vf16{}, hi = vf16{};
     vi16 has_nan = vi16{};
-    for (int k = 0; k < count; ++k) {
+    bool ranged = false;
+#if defined(__AVX512F__)
+    ranged = count == kLanes && group_len % kLanes == 0 &&
+             block_ranges(x + g0 * group_len, group_len, &lo, &hi);
+#endif
+    for (int k = 0; k < count && !ranged; ++k) {
       float l, h;
       bool nan;
       group_range(x + (g0 + k) * group_len, group_len, &l, &h, &nan);
