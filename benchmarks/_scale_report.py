@@ -20,6 +20,13 @@ MODES = {
     "int2-whole-adam-bfloat16": ["--bits", "2", "--adam-state", "bfloat16"],
     "int2-whole-adam-rowwise": ["--bits", "2", "--adam-state", "rowwise"],
 }
+# sampled and offloaded INT2 with bfloat16 moments (CompactAdam; offloaded, RowTables')
+MODES.update(
+    {
+        f"{mode}-adam-bfloat16": [*MODES[mode], "--adam-state", "bfloat16"]
+        for mode in ("int2-sampled", "int2-offloaded")
+    }
+)
 #: the modes a run measures unless `--modes` names others: the five the scale issue names
 DEFAULT_MODES = ["fp32-whole", "int2-whole", "int2-sampled", "int2-partitioned", "int2-offloaded"]
 #: what a size preset's number counts per entity: triples + interactions = 10 x entities

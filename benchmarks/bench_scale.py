@@ -11,7 +11,7 @@ A size is the graph's triples + interactions (`100k`, `1m`, `10m`, `100m`: 10k t
 made by `kg_data.synthetic` in a child process and ingested by `python -m pipelines.ingest` in
 another (its MB/s of raw text and peak RSS). Then each mode (`_scale_report.MODES`: whole-graph FP32
 and INT2, sampled, partitioned and offloaded INT2; whole-graph INT2 with `--adam-state bfloat16` or
-`rowwise` when named) trains `--steps` CF steps of one epoch, and ranks the valid and test users, in
+`rowwise`, sampled and offloaded INT2 with `bfloat16`, when named) trains `--steps` CF steps of one epoch, and ranks the valid and test users, in
 a fresh `python -m pipelines.train` child whose resident set may not pass `--memory-limit` (on CPU,
 `run_child`'s watchdog of its resident high-water mark; on CUDA a run fits when its
 `cuda_max_memory_allocated` is within the limit): its peak RSS, seconds per step, activation bytes

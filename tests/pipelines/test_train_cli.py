@@ -177,6 +177,8 @@ SAMPLED = ["--model", "kgat", "--layers", "2", "--sampler", "neighbor", "--fanou
 OFFLOADED = [*SAMPLED, "--kg-batch-size", "64", "--offload-embeddings", "--cache-rows", "800", "--prefetch-steps", "3"]
 # whole-graph KGAT whose node table keeps compact Adam state (stochastic rounding seeded per step)
 COMPACT_ADAM = ["--model", "kgat", "--layers", "2", "--adam-state", "bfloat16"]
+# offloaded with bfloat16 moments in RowTables (rounded with noise seeded per table step)
+OFFLOADED_COMPACT = [*OFFLOADED, "--adam-state", "bfloat16"]
 
 
 COMPARED = ("recall@20", "ndcg@20", "train_loss", "valid_history", "best_epoch", "best_valid",
@@ -185,8 +187,8 @@ COMPARED = ("recall@20", "ndcg@20", "train_loss", "valid_history", "best_epoch",
 
 @pytest.mark.parametrize(
     "flags",
-    [[], SAMPLED, OFFLOADED, COMPACT_ADAM],
-    ids=["whole-graph", "sampled", "offloaded", "adam-state-bfloat16"],
+    [[], SAMPLED, OFFLOADED, COMPACT_ADAM, OFFLOADED_COMPACT],
+    ids=["whole-graph", "sampled", "offloaded", "adam-state-bfloat16", "offloaded-bfloat16"],
 )
 def test_kill_9_then_resume_ends_with_the_uninterrupted_metrics(flags, tiny_dataset_dir, tmp_path):
     env = {**os.environ, "PYTHONHASHSEED": "0"}

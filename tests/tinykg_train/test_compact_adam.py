@@ -189,9 +189,11 @@ def test_the_models_tables_are_the_compact_group(tiny_dataset_dir, tmp_path):
 
 
 @pytest.mark.parametrize("flag", ["sparse_adam", "offload_embeddings"])
-def test_a_compact_state_with_row_tables_is_a_one_line_error(flag):
-    with pytest.raises(ConfigError, match="--adam-state rowwise compacts the dense Adam's tables"):
+def test_a_rowwise_state_with_row_tables_is_a_one_line_error_and_bfloat16_is_taken(flag):
+    with pytest.raises(ConfigError, match="--adam-state rowwise keeps a second moment per row"):
         TrainConfig(model="kgat", sampler="neighbor", adam_state="rowwise", **{flag: True})
+    config = TrainConfig(model="kgat", sampler="neighbor", adam_state="bfloat16", **{flag: True})
+    assert config.row_wise_tables and config.adam_state == "bfloat16"
 
 
 def test_adam_state_is_one_of_the_forms():

@@ -48,6 +48,14 @@ def round_to_bfloat16(values: torch.Tensor, generator: torch.Generator) -> torch
     return (rounded >> 16).to(torch.int16)
 
 
+def rounding_generator(seed: int, step: int, index: int, device: torch.device) -> torch.Generator:
+    """The generator of a table's rounding noise at `step`: seeded by (seed, step, the table's
+    position `index`), so a resumed run and a data-parallel replica draw what the others do."""
+    generator = torch.Generator(device=device)
+    generator.manual_seed(((seed * 1_000_003 + step) * 1_000_003 + index) % 2**63)
+    return generator
+
+
 def bfloat16_bits_to_float(bits: torch.Tensor) -> torch.Tensor:
     """The float32 values of bfloat16 numbers stored as int16 bits (`round_to_bfloat16`)."""
     return bits.view(torch.bfloat16).float()
@@ -108,8 +116,7 @@ class CompactAdam(torch.optim.Optimizer):
         beta1, beta2 = group["betas"]
         step_size = group["lr"] / (1 - beta1**step)
         root_correction = math.sqrt(1 - beta2**step)
-        generator = torch.Generator(device=p.device)
-        generator.manual_seed(((self.seed * 1_000_003 + step) * 1_000_003 + index) % 2**63)
+        generator = rounding_generator(self.seed, step, index, p.device)
         rowwise, grad, first_bits = group["state"] == "rowwise", p.grad, state["exp_avg_bits"]
         rows = max(1, BLOCK_ELEMENTS // max(p.shape[1], 1))
         for start in range(0, p.shape[0], rows):

@@ -251,11 +251,11 @@ class TrainConfig:
             raise ConfigError(
                 f"'adam_state' must be one of {', '.join(ADAM_STATES)} (got {self.adam_state!r})"
             )
-        if self.adam_state != "float32" and self.row_wise_tables:
+        if self.adam_state == "rowwise" and self.row_wise_tables:
             raise ConfigError(
-                f"--adam-state {self.adam_state} compacts the dense Adam's tables, which "
-                "--sparse-adam and --offload-embeddings take out of it (SparseAdam row by row): "
-                "drop one"
+                "--adam-state rowwise keeps a second moment per row in the dense Adam's tables, "
+                "which --sparse-adam and --offload-embeddings take out of it (SparseAdam row by "
+                "row, whose tables take --adam-state bfloat16): drop one"
             )
         if not self.row_wise_tables:
             return

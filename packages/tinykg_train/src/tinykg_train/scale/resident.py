@@ -10,11 +10,16 @@ import torch
 
 
 class ResidentTable:
-    """(weight, exp_avg, exp_avg_sq) [rows, dim] on `device`, updated in place."""
+    """(weight, exp_avg, exp_avg_sq) [rows, dim] on `device`, updated in place; the moments in
+    `moment_dtype` (None: the weight's)."""
 
-    def __init__(self, weight: torch.Tensor, *, device: torch.device):
+    def __init__(
+        self, weight: torch.Tensor, *, device: torch.device, moment_dtype: torch.dtype | None = None
+    ):
         weight = weight.detach().to(device)
-        self.tensors = (weight, torch.zeros_like(weight), torch.zeros_like(weight))
+        dtype = moment_dtype or weight.dtype
+        moments = [torch.zeros_like(weight, dtype=dtype) for _ in range(2)]
+        self.tensors = (weight, *moments)
         self.n_rows, self.dim = weight.shape
         self.counts: dict[str, int] = {}
 

@@ -9,6 +9,12 @@ ahead of use by `prefetch` hints for coming steps (`Prefetcher`): table size is 
 memory, not device memory. Both modes run the same arithmetic on the same rows, so they give the
 same bits.
 
+`moments="bfloat16"` (`--adam-state bfloat16`) keeps both Adam moments as bfloat16 (their int16 bits,
+as `compact_adam` does): half the optimizer state, a table's size in all instead of twice it. A
+step's rows are widened to float32 for SparseAdam's update and written back with stochastic
+rounding, from a generator seeded by (seed, the table's step, the table's position), so both modes
+and a resumed run draw the same noise for the same rows.
+
 Usage, with a look-ahead of `k` steps:
 
     tables = RowTables({"entity": weight}, device=device, lr=1e-3, offload=True, cache_rows=100_000)
@@ -26,6 +32,7 @@ import weakref
 
 import torch
 
+from tinykg_train.compact_adam import bfloat16_bits_to_float, round_to_bfloat16, rounding_generator
 from tinykg_train.errors import ConfigError, TinyKGError
 from tinykg_train.scale.device_cache import DeviceCache
 from tinykg_train.scale.prefetch import Hint, Prefetcher
@@ -35,6 +42,7 @@ from tinykg_train.scale.step_rows import GatheredTable, StepRows
 from tinykg_train.scale.streams import Streams
 
 _STATE = ("weight", "exp_avg", "exp_avg_sq")
+MOMENTS = {"float32": None, "bfloat16": torch.int16}  # moments as kept: the table's dtype, or bits
 
 
 class RowTables:
@@ -48,6 +56,7 @@ class RowTables:
     way to a step that needs room. None = sized by the training thread to (1 + pending hints) times
     the step's rows, doubling as it grows: the same sizes whatever the prefetch thread's timing.
     On CUDA, call it from one stream (the copies are ordered against the current stream).
+    `moments`: "float32" (SparseAdam's) or "bfloat16" (module docstring; `seed` seeds its rounding).
     """
 
     def __init__(
@@ -60,10 +69,13 @@ class RowTables:
         eps: float = 1e-8,
         offload: bool = False,
         cache_rows: int | None = None,
+        moments: str = "float32",
+        seed: int = 0,
     ):
-        _check_settings(tables, lr, betas, eps, offload, cache_rows)
+        _check_settings(tables, lr, betas, eps, offload, cache_rows, moments)
         self.device = torch.device(device)
         self.offload = offload
+        self.moments, self.seed = moments, int(seed)
         self.lr, self.betas, self.eps = float(lr), (float(betas[0]), float(betas[1])), float(eps)
         self._steps = dict.fromkeys(tables, 0)
         self._mismatched_hints = 0
@@ -73,7 +85,7 @@ class RowTables:
             self._stores = {
                 name: DeviceCache(
                     name,
-                    _host_state(t, pin),
+                    _host_state(t, pin, MOMENTS[moments]),
                     device=self.device,
                     capacity=cache_rows,
                     streams=streams,
@@ -84,7 +96,8 @@ class RowTables:
             weakref.finalize(self, self._prefetcher.stop)
         else:
             self._stores = {
-                name: ResidentTable(t, device=self.device) for name, t in tables.items()
+                name: ResidentTable(t, device=self.device, moment_dtype=MOMENTS[moments])
+                for name, t in tables.items()
             }
             self._prefetcher = None
 
@@ -178,11 +191,16 @@ class RowTables:
                 raise TinyKGError(
                     f"state of table '{name}' must hold {[*_STATE, 'step']}; load one saved by RowTables.state_dict()"
                 )
-            for key in _STATE:
+            for key, kept in zip(_STATE, store.current(), strict=True):
                 if tuple(entry[key].shape) != (store.n_rows, store.dim):
                     raise TinyKGError(
                         f"state of table '{name}' has {key} of shape {tuple(entry[key].shape)}, the table is "
                         f"{(store.n_rows, store.dim)}; load a state saved by tables of the same sizes"
+                    )
+                if entry[key].dtype != kept.dtype:
+                    raise TinyKGError(
+                        f"state of table '{name}' holds {key} as {entry[key].dtype}, these tables keep "
+                        f"{kept.dtype} ({self.moments} moments); resume with the --adam-state it was saved with"
                     )
         for name, store in self._stores.items():
             store.load(*(tables[name][key] for key in _STATE))
@@ -267,6 +285,9 @@ class RowTables:
         if grad.numel() == 0:
             return False
         rows = [tensor.index_select(0, index) for tensor in tensors]
+        compact = MOMENTS[self.moments] is not None
+        if compact:
+            rows[1:] = [bfloat16_bits_to_float(bits) for bits in rows[1:]]
         adam_rows_(
             *rows,
             grad,
@@ -276,6 +297,10 @@ class RowTables:
             beta2=self.betas[1],
             eps=self.eps,
         )
+        if compact:
+            position = list(self._stores).index(name) + 1
+            generator = rounding_generator(self.seed, self._steps[name], position, grad.device)
+            rows[1:] = [round_to_bfloat16(moment, generator) for moment in rows[1:]]
         for tensor, updated in zip(tensors, rows, strict=True):
             tensor.index_copy_(0, index, updated)
         return True
@@ -315,18 +340,27 @@ class RowTables:
                 )
 
 
-def _host_state(weight: torch.Tensor, pin: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(weight, exp_avg, exp_avg_sq) in host memory, pinned when `pin` (a copy only where needed)."""
+def _host_state(
+    weight: torch.Tensor, pin: bool, moment_dtype: torch.dtype | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(weight, exp_avg, exp_avg_sq) in host memory, pinned when `pin` (a copy only where needed);
+    the moments in `moment_dtype` (None: the weight's)."""
     weight = weight.detach().cpu()
     if pin and not weight.is_pinned():
         weight = weight.pin_memory()
-    moments = [torch.zeros_like(weight, pin_memory=pin) for _ in range(2)]
+    dtype = moment_dtype or weight.dtype
+    moments = [torch.zeros_like(weight, dtype=dtype, pin_memory=pin) for _ in range(2)]
     return weight, moments[0], moments[1]
 
 
-def _check_settings(tables, lr, betas, eps, offload, cache_rows) -> None:
+def _check_settings(tables, lr, betas, eps, offload, cache_rows, moments) -> None:
     if not isinstance(tables, dict) or not tables:
         raise ConfigError("RowTables needs a non-empty dict of name -> embedding table tensors")
+    if moments not in MOMENTS:
+        raise ConfigError(
+            f"'moments' must be one of {', '.join(MOMENTS)} (got {moments!r}); row-wise second "
+            "moments need dense Adam's tables (--adam-state rowwise without --sparse-adam)"
+        )
     for name, t in tables.items():
         if not isinstance(t, torch.Tensor) or t.dim() != 2 or not t.is_floating_point():
             raise ConfigError(f"table '{name}' must be a 2-D floating-point tensor [rows, dim]")

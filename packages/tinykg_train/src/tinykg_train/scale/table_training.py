@@ -56,6 +56,8 @@ class TableTraining:
             lr=config.lr,
             offload=self.offload,
             cache_rows=self.cache_rows,
+            moments=config.adam_state,
+            seed=config.seed,
         )
         self._placeholders = {
             name: torch.empty((0, p.shape[1]), dtype=p.dtype, device=self.device)
