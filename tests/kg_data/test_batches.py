@@ -9,6 +9,7 @@ import torch
 from kg_data import CKG, BPRBatches, KGBatches, KGDataset, SubgraphBatches
 from kg_data.batches import epoch_rng
 from kg_data.errors import KGDataError
+from tests.widened import int_array_dtypes, widened
 
 
 def collect(batches, epoch: int) -> list[tuple[torch.Tensor, ...]]:
@@ -74,6 +75,18 @@ def test_kg_batches(tiny_dataset_dir):
     assert not np.isin((heads * ds.n_relations + relations) * width + negatives, true).any()
     assert same(out, collect(KGBatches(ds, batch_size=500, seed=0), 0))
     assert not same(out, collect(batches, 1))
+
+
+@pytest.mark.parametrize("loader", [BPRBatches, KGBatches])
+def test_batches_held_in_int32_are_those_of_int64_arrays(tiny_dataset_dir, loader):
+    batches = loader(tiny_dataset_dir, batch_size=300, seed=4)
+    assert set(int_array_dtypes(batches).values()) == {np.dtype(np.int32)}
+    wide = widened(batches)
+    assert set(int_array_dtypes(wide).values()) == {np.dtype(np.int64)}
+    for epoch in (0, 3):
+        out = collect(batches, epoch)
+        assert all(t.dtype == torch.int64 for batch in out for t in batch)
+        assert same(out, collect(wide, epoch))  # torch.equal: the values, whatever the dtypes
 
 
 def test_subgraph_batches(tiny_dataset_dir):

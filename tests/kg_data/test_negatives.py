@@ -9,6 +9,7 @@ from kg_data import BPRNegativeSampler, KGDataset, KGNegativeSampler
 from kg_data.errors import KGDataError
 from kg_data.negatives import ExcludingSampler
 from tests.chi_square import chi_square, chi_square_critical
+from tests.widened import int_array_dtypes, widened
 
 
 def test_value_at_rank_matches_brute_force():
@@ -136,3 +137,47 @@ def test_kg_negatives_deterministic_by_seed(tiny_dataset_dir):
         triples[:, 0], triples[:, 1]
     )
     assert np.array_equal(a, b) and not np.array_equal(a, c)
+
+
+def test_samplers_hold_int32_arrays_and_draw_what_int64_arrays_draw(tiny_dataset_dir):
+    ds = KGDataset.open(tiny_dataset_dir)
+    pairs, triples = ds.pairs("train"), ds.triples_array()
+    bpr = BPRNegativeSampler(pairs, ds.n_items, seed=2)
+    kg = KGNegativeSampler(triples, ds.n_entities, seed=2)
+    for sampler in (bpr, kg):
+        assert set(int_array_dtypes(sampler).values()) == {np.dtype(np.int32)}
+    users = np.repeat(pairs[:, 0], 3)
+    wide_bpr = widened(bpr)
+    assert np.array_equal(bpr.sample(users), wide_bpr.sample(users))  # the samplers' own streams
+    assert np.array_equal(bpr.sample(users), wide_bpr.sample(users))
+    heads, relations = np.repeat(triples[:, 0], 3), np.repeat(triples[:, 1], 3)
+    wide_kg = widened(kg)
+    for _ in range(2):
+        assert np.array_equal(kg.sample(heads, relations), wide_kg.sample(heads, relations))
+
+
+def test_keys_beyond_int32_stay_int64_and_draw_what_int64_arrays_draw():
+    # values below 2**31 from 5 groups: keys group * 2**31 + value reach 2**33, the rest fits int32
+    rng = np.random.default_rng(4)
+    groups, values = rng.integers(0, 5, 300), rng.integers(0, 40, 300)
+    sampler = ExcludingSampler(groups, values, 2**31)
+    assert int_array_dtypes(sampler) == {
+        "_keys": np.int64,
+        "_rank_keys": np.int64,
+        "_group_ids": np.int32,
+        "_bounds": np.int32,
+    }
+    draws = np.repeat(np.arange(6), 500)  # group 5 excludes nothing
+    got = sampler.draw(draws, 45, np.random.default_rng(8))
+    assert np.array_equal(got, widened(sampler).draw(draws, 45, np.random.default_rng(8)))
+    assert not sampler.is_excluded(draws, got).any() and got.max() < 45
+
+
+def test_int32_keys_answer_queries_beyond_int32_without_wrapping():
+    sampler = ExcludingSampler(np.array([0, 1, 1]), np.array([2, 5, 7]), 1000)
+    assert sampler.is_excluded(np.array([1]), np.array([5]))[0]  # key 1005
+    # group 4294968, value 301: key 2**32 + 1005, which read as int32 would be 1005
+    far = np.array([4294968])
+    assert not sampler.is_excluded(far, np.array([301]))[0]
+    assert sampler.excluded_count(far)[0] == 0
+    assert sampler.value_at_rank(far, np.array([301]))[0] == 301

@@ -190,6 +190,38 @@ def test_user_items_gather():
     assert list(zip(rows.tolist(), items.tolist(), strict=True)) == [(0, 5), (0, 7), (2, 1), (2, 3)]
 
 
+def test_user_items_are_held_in_int32_and_gather_what_int64_arrays_gather(tiny_dataset_dir):
+    dataset = KGDataset.open(tiny_dataset_dir)
+    table = UserItems.from_pairs(dataset.pairs("train"), dataset.n_users)
+    assert table.indptr.dtype == table.items.dtype == np.int32
+    wide = UserItems(table.indptr.astype(np.int64), table.items.astype(np.int64))
+    users = np.random.default_rng(0).permutation(dataset.n_users)
+    for got, expected in zip(table.gather(users), wide.gather(users), strict=True):
+        assert got.dtype == np.int64 and np.array_equal(got, expected)
+    assert table.counts().dtype == np.int64 and np.array_equal(table.counts(), wide.counts())
+
+
+def test_user_items_beyond_int32_stay_int64():
+    table = UserItems.from_pairs(np.array([[1, 2**31], [0, 3], [1, 4]]), n_users=2)
+    assert table.items.dtype == np.int64 and table.indptr.dtype == np.int32
+    rows, items = table.gather(np.array([1, 0]))
+    assert rows.tolist() == [0, 0, 1] and items.tolist() == [2**31, 4, 3]
+
+
+def test_the_evaluator_holds_int32_items_and_ranks_as_with_int64_ones(tiny_dataset_dir):
+    dataset = KGDataset.open(tiny_dataset_dir)
+    evaluator = RankingEvaluator(dataset, [1, 20], batch_users=64)
+    assert {table.items.dtype for table in evaluator.split_items.values()} == {np.dtype(np.int32)}
+    wide = RankingEvaluator(dataset, [1, 20], batch_users=64)
+    wide.split_items = {
+        split: UserItems(table.indptr.astype(np.int64), table.items.astype(np.int64))
+        for split, table in evaluator.split_items.items()
+    }
+    model = ProductScorer(dataset.n_users, dataset.n_items, 16)
+    for split in ("valid", "test"):
+        assert evaluator.evaluate(model, split) == wide.evaluate(model, split)
+
+
 class ProductScorer(torch.nn.Module):
     """Scores as a matrix product of user and item vectors (what the embedding models compute)."""
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import torch
 
 import tinykg_train.compress as compress
+from tests.widened import int_array_dtypes, widened
 from tinykg_train.compress.modules import CompressedModule
 from tinykg_train.config import TrainConfig
 from tinykg_train.epoch import train_epoch
+from tinykg_train.evaluate import UserItems
 from tinykg_train.session import open_session
 
 
@@ -58,3 +61,35 @@ def test_the_model_its_layers_and_the_hooks_use_the_identical_compression_object
 def test_opening_a_session_writes_nothing(tiny_dataset_dir, tmp_path):
     open_session(small_config(tiny_dataset_dir, tmp_path / "run"), torch.device("cpu"))
     assert not (tmp_path / "run").exists()
+
+
+def held_index_dtypes(session) -> set[np.dtype]:
+    """The dtypes of the integer arrays the session's loaders and evaluator keep for the run."""
+    loaders = (session.cf_batches, session.kg_batches)
+    held = {dtype for loader in loaders for dtype in int_array_dtypes(loader).values()}
+    tables = session.evaluator.split_items.values()
+    return held | {array.dtype for table in tables for array in (table.indptr, table.items)}
+
+
+def test_the_loaders_and_evaluator_hold_int32_arrays_and_train_as_int64_ones_do(
+    tiny_dataset_dir, tmp_path
+):
+    narrow = open_session(small_config(tiny_dataset_dir, tmp_path / "a"), torch.device("cpu"))
+    assert held_index_dtypes(narrow) == {np.dtype(np.int32)}
+    narrow_row = train_epoch(narrow, 0)
+    # opened after the first session's epoch, so both epochs start from the same global RNG state
+    wide = open_session(small_config(tiny_dataset_dir, tmp_path / "b"), torch.device("cpu"))
+    wide.cf_batches, wide.kg_batches = widened(wide.cf_batches), widened(wide.kg_batches)
+    wide.evaluator.split_items = {
+        split: UserItems(table.indptr.astype(np.int64), table.items.astype(np.int64))
+        for split, table in wide.evaluator.split_items.items()
+    }
+    assert held_index_dtypes(wide) == {np.dtype(np.int64)}
+    wide_row = train_epoch(wide, 0)
+    losses = ("train_loss", "kg_loss")
+    assert [narrow_row[name] for name in losses] == [wide_row[name] for name in losses]
+    narrow_weights, wide_weights = narrow.model.state_dict(), wide.model.state_dict()
+    assert all(torch.equal(narrow_weights[name], wide_weights[name]) for name in narrow_weights)
+    assert narrow.evaluator.evaluate(narrow.model, "valid") == wide.evaluator.evaluate(
+        wide.model, "valid"
+    )

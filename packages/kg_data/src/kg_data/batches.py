@@ -3,6 +3,9 @@
 `batches.epoch(e)` is a pure function of the iterator's `seed` and `e`: the shuffle and the
 negatives come from a generator seeded with `(seed, e)`, so a run resumed at epoch `e` sees exactly
 the batches it would have seen, and two seeds give different batches.
+
+The pairs and triples are held for the whole run in the narrowest dtype that holds their ids
+(`index_dtype.narrow_index`); each batch is widened to int64 as it is cut.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import numpy as np
 from kg_data.dataset import KGDataset
 from kg_data.errors import KGDataError
 from kg_data.graph import CKG, open_dataset
+from kg_data.index_dtype import narrow_index
 from kg_data.negatives import BPRNegativeSampler, KGNegativeSampler
 from kg_data.sampling import NeighborSampler, SampledSubgraph
 
@@ -25,6 +29,12 @@ def epoch_rng(seed: int, epoch: int) -> np.random.Generator:
     if not isinstance(epoch, (int, np.integer)) or epoch < 0:
         raise KGDataError(f"'epoch' needs to be a non-negative integer (got {epoch!r})")
     return np.random.default_rng([int(seed), int(epoch)])
+
+
+def _int64_columns(rows: np.ndarray) -> list[np.ndarray]:
+    """Each column of a batch's rows as its own contiguous int64 array: what the iterators yield,
+    whatever narrower dtype the rows are held in."""
+    return [np.ascontiguousarray(column, np.int64) for column in rows.T]
 
 
 class _Batches:
@@ -66,8 +76,9 @@ class BPRBatches(_Batches):
         drop_last: bool = False,
     ) -> None:
         ds = open_dataset(dataset)
-        self.pairs = ds.pairs("train")
-        self.negatives = BPRNegativeSampler(self.pairs, ds.n_items, seed)
+        pairs = ds.pairs("train")
+        self.negatives = BPRNegativeSampler(pairs, ds.n_items, seed)
+        self.pairs = narrow_index(pairs)
         super().__init__(len(self.pairs), batch_size, seed, drop_last)
 
     def epoch(self, epoch: int) -> Iterator[tuple[Any, Any, Any]]:
@@ -75,7 +86,7 @@ class BPRBatches(_Batches):
 
         rng = epoch_rng(self.seed, epoch)
         for rows in self._chunks(rng):
-            users, items = self.pairs[rows, 0], self.pairs[rows, 1]
+            users, items = _int64_columns(self.pairs[rows])
             negatives = self.negatives.sample(users, rng=rng)
             yield torch.from_numpy(users), torch.from_numpy(items), torch.from_numpy(negatives)
 
@@ -92,8 +103,9 @@ class KGBatches(_Batches):
         drop_last: bool = False,
     ) -> None:
         ds = open_dataset(dataset)
-        self.triples = ds.triples_array()
-        self.negatives = KGNegativeSampler(self.triples, ds.n_entities, seed)
+        triples = ds.triples_array()
+        self.negatives = KGNegativeSampler(triples, ds.n_entities, seed)
+        self.triples = narrow_index(triples)
         super().__init__(len(self.triples), batch_size, seed, drop_last)
 
     def epoch(self, epoch: int) -> Iterator[tuple[Any, Any, Any, Any]]:
@@ -101,12 +113,9 @@ class KGBatches(_Batches):
 
         rng = epoch_rng(self.seed, epoch)
         for rows in self._chunks(rng):
-            heads, relations, tails = self.triples[rows].T
+            heads, relations, tails = _int64_columns(self.triples[rows])
             negatives = self.negatives.sample(heads, relations, rng=rng)
-            yield tuple(
-                torch.from_numpy(np.ascontiguousarray(a))
-                for a in (heads, relations, tails, negatives)
-            )
+            yield tuple(torch.from_numpy(a) for a in (heads, relations, tails, negatives))
 
 
 class SubgraphBatches(_Batches):

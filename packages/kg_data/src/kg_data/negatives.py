@@ -16,6 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from kg_data.errors import KGDataError
+from kg_data.index_dtype import narrow_index, search_sorted
 
 _MAX_KEY = np.iinfo(np.int64).max
 
@@ -38,25 +39,23 @@ class ExcludingSampler:
                 f"too many groups ({int(groups.max()) + 1}) for values below {width}: keys would overflow int64"
             )
         self.width = width
-        self._keys = np.unique(groups * width + values)
-        key_groups = self._keys // width
-        self._group_ids, group_start = np.unique(key_groups, return_index=True)
-        self._bounds = np.append(
-            group_start, len(self._keys)
-        )  # group i's keys: bounds[i] .. bounds[i+1]
-        ranks = np.arange(len(self._keys), dtype=np.int64) - np.repeat(
-            group_start, np.diff(self._bounds)
-        )
-        self._rank_keys = self._keys - ranks
+        keys = np.unique(groups * width + values)
+        group_ids, group_start = np.unique(keys // width, return_index=True)
+        bounds = np.append(group_start, len(keys))  # group i's keys: bounds[i] .. bounds[i+1]
+        ranks = np.arange(len(keys), dtype=np.int64) - np.repeat(group_start, np.diff(bounds))
+        # held for the whole run: each in the narrowest dtype of its own values (see index_dtype)
+        self._keys, self._rank_keys = narrow_index(keys), narrow_index(keys - ranks)
+        self._group_ids, self._bounds = narrow_index(group_ids), narrow_index(bounds)
 
     def _segments(self, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(index of the group's first key, or where it would be; number of excluded values) of each group."""
-        at = np.searchsorted(self._group_ids, groups)
-        starts = self._bounds[at]
+        at = search_sorted(self._group_ids, groups)
+        starts = self._bounds[at].astype(np.int64)
         if not len(self._group_ids):
             return starts, np.zeros(len(groups), np.int64)
         last = np.minimum(at, len(self._group_ids) - 1)
-        return starts, np.where(self._group_ids[last] == groups, self._bounds[last + 1] - starts, 0)
+        ends = self._bounds[last + 1].astype(np.int64)
+        return starts, np.where(self._group_ids[last] == groups, ends - starts, 0)
 
     def excluded_count(self, groups: np.ndarray) -> np.ndarray:
         """How many values each group excludes."""
@@ -66,9 +65,7 @@ class ExcludingSampler:
         keys = np.asarray(groups, np.int64) * self.width + np.asarray(values, np.int64)
         if not len(self._keys):
             return np.zeros(len(keys), dtype=bool)
-        return (
-            self._keys[np.minimum(np.searchsorted(self._keys, keys), len(self._keys) - 1)] == keys
-        )
+        return self._keys[np.minimum(search_sorted(self._keys, keys), len(self._keys) - 1)] == keys
 
     def draw(
         self,
@@ -101,7 +98,7 @@ class ExcludingSampler:
         ranks = _uniform_below(allowed, rng)
         values[redo] = (
             ranks
-            + np.searchsorted(self._rank_keys, groups[redo] * self.width + ranks, side="right")
+            + search_sorted(self._rank_keys, groups[redo] * self.width + ranks, side="right")
             - first
         )
         return values
@@ -112,7 +109,7 @@ class ExcludingSampler:
         first, _ = self._segments(groups)
         return (
             ranks
-            + np.searchsorted(self._rank_keys, groups * self.width + ranks, side="right")
+            + search_sorted(self._rank_keys, groups * self.width + ranks, side="right")
             - first
         )
 
@@ -173,8 +170,10 @@ class KGNegativeSampler:
         range_keys = np.unique(
             relations * width + tails
         )  # sorted (relation, tail) pairs: each relation's range
-        self._range_tails = range_keys % width
-        self._range_ptr = np.searchsorted(range_keys // width, np.arange(self.n_relations + 1))
+        self._range_tails = narrow_index(range_keys % width)
+        self._range_ptr = narrow_index(
+            np.searchsorted(range_keys // width, np.arange(self.n_relations + 1))
+        )
         rank_in_range = (
             np.searchsorted(range_keys, relations * width + tails) - self._range_ptr[relations]
         )

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from kg_data.index_dtype import narrow_index
 from tinykg_train.metrics import ranking_metrics
 
 EVAL_SPLITS = ("valid", "test")
@@ -53,7 +54,10 @@ def block_sizes(n_users: int, n_items: int, block_bytes: int) -> list[int]:
 
 @dataclass(frozen=True)
 class UserItems:
-    """The items of each user, CSR style: user u's items are `items[indptr[u]:indptr[u + 1]]`."""
+    """The items of each user, CSR style: user u's items are `items[indptr[u]:indptr[u + 1]]`.
+
+    Held for the whole run (the train split's are as many as the train interactions), so both are
+    stored in the narrowest dtype of their values (`kg_data.index_dtype`); `gather` returns int64."""
 
     indptr: np.ndarray
     items: np.ndarray
@@ -65,18 +69,18 @@ class UserItems:
         counts = np.bincount(pairs[:, 0], minlength=n_users)
         indptr = np.zeros(n_users + 1, dtype=np.int64)
         np.cumsum(counts, out=indptr[1:])
-        return cls(indptr, pairs[order, 1].astype(np.int64, copy=False))
+        return cls(narrow_index(indptr), narrow_index(pairs[order, 1]))
 
     def counts(self) -> np.ndarray:
-        return np.diff(self.indptr)
+        return np.diff(self.indptr).astype(np.int64)
 
     def gather(self, users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(row, item) coordinates of the given users' items; `row` indexes into `users`."""
-        starts = self.indptr[users]
+        starts = self.indptr[users].astype(np.int64)
         lengths = self.indptr[users + 1] - starts
         rows = np.repeat(np.arange(len(users)), lengths)
         offsets = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        return rows, self.items[np.repeat(starts, lengths) + offsets]
+        return rows, self.items[np.repeat(starts, lengths) + offsets].astype(np.int64)
 
 
 class RankingEvaluator:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from kg_data.index_dtype import narrowest_index_dtype
 from tinykg_train.errors import TinyKGError
 
 
@@ -88,9 +89,11 @@ class LocalGraph:
         order = torch.argsort(node)
         return cls(
             node=node,
-            edge_index=_tensor(subgraph.edge_index, _narrowest(len(subgraph.node))),
+            edge_index=_tensor(subgraph.edge_index, narrowest_index_dtype(len(subgraph.node) - 1)),
             relation=_tensor(subgraph.relation, np.int32),
-            edge_id=_tensor(subgraph.edge_id, _narrowest(int(subgraph.edge_id.max(initial=0)) + 1)),
+            edge_id=_tensor(
+                subgraph.edge_id, narrowest_index_dtype(int(subgraph.edge_id.max(initial=0)))
+            ),
             hop=_tensor(subgraph.hop, np.int8),
             num_seeds=int(subgraph.num_seeds),
             nodes_per_hop=tuple(int(n) for n in subgraph.num_sampled_nodes),
@@ -139,11 +142,6 @@ class LocalGraph:
             sorted_position=move(self.sorted_position),
             aux={key: move(value) for key, value in self.aux.items()},
         )
-
-
-def _narrowest(bound: int) -> type:
-    """int32 for ids below `bound` when they fit, else int64."""
-    return np.int32 if bound < 2**31 - 1 else np.int64
 
 
 def _tensor(array: np.ndarray, dtype: type) -> torch.Tensor:
