@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "vectors.h"
 
@@ -187,6 +188,29 @@ void group_range(const float* x, int64_t n, float* lo_out, float* hi_out, bool* 
 }
 
 #if defined(__AVX512F__)
+// 16 lanes of the 32 of (v, w), read as runs of W lanes in pairs: the first run of each pair
+// (UPPER false) or the second. Lane i is lane (i / W) * 2W + i % W (+ W).
+template <int W, bool UPPER, size_t... I>
+inline vf16 runs_of(vf16 v, vf16 w, std::index_sequence<I...>) {
+  return __builtin_shufflevector(
+      v, w, static_cast<int>((I / W) * 2 * W + I % W + (UPPER ? W : 0))...);
+}
+
+// One step of `group_range`'s fold for the groups of 2 W vectors at once: lane i of a group with
+// its lane i + W (the lower kept on ties, as there), into W vectors.
+template <int W>
+inline void fold_level(vf16* lo, vf16* hi) {
+  constexpr auto lanes = std::make_index_sequence<kLanes>{};
+  for (int m = 0; m < W; ++m) {
+    const vf16 lo_a = runs_of<W, false>(lo[2 * m], lo[2 * m + 1], lanes);
+    const vf16 lo_b = runs_of<W, true>(lo[2 * m], lo[2 * m + 1], lanes);
+    const vf16 hi_a = runs_of<W, false>(hi[2 * m], hi[2 * m + 1], lanes);
+    const vf16 hi_b = runs_of<W, true>(hi[2 * m], hi[2 * m + 1], lanes);
+    lo[m] = lo_b < lo_a ? lo_b : lo_a;
+    hi[m] = hi_b > hi_a ? hi_b : hi_a;
+  }
+}
+
 // The ranges of 16 whole groups (group_len a multiple of 16) with no scalar fold: each group's
 // lanes accumulated as `group_range` does, then the 16 groups' lanes folded in its halves (lane i
 // with i + 8, then + 4, + 2, + 1), the lanes of 2, 4, 8 and then 16 groups sharing a vector, so
@@ -212,39 +236,14 @@ bool block_ranges(const float* x, int64_t group_len, vf16* lo_out, vf16* hi_out)
   bool any_nan = false;
   for (int i = 0; i < kLanes; ++i) any_nan |= nan_seen[i] != 0;
   if (any_nan) return false;
-  // a: lanes i, b: lanes i + width, of the same groups; the fold keeps a on ties, as group_range
-  const auto fold_min = [](vf16 a, vf16 b) { return b < a ? b : a; };
-  const auto fold_max = [](vf16 a, vf16 b) { return b > a ? b : a; };
-  for (int m = 0; m < 8; ++m) {  // width 8: groups 2m, 2m + 1 -> 8 lanes each
-#define TINYKG_HALVES(v, w, F)                                                               \
-  F(__builtin_shufflevector(v, w, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23),   \
-    __builtin_shufflevector(v, w, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31))
-    lo[m] = TINYKG_HALVES(lo[2 * m], lo[2 * m + 1], fold_min);
-    hi[m] = TINYKG_HALVES(hi[2 * m], hi[2 * m + 1], fold_max);
-#undef TINYKG_HALVES
-  }
-  for (int m = 0; m < 4; ++m) {  // width 4: groups 4m .. 4m + 3 -> 4 lanes each
-#define TINYKG_QUARTERS(v, w, F)                                                             \
-  F(__builtin_shufflevector(v, w, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27), \
-    __builtin_shufflevector(v, w, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31))
-    lo[m] = TINYKG_QUARTERS(lo[2 * m], lo[2 * m + 1], fold_min);
-    hi[m] = TINYKG_QUARTERS(hi[2 * m], hi[2 * m + 1], fold_max);
-#undef TINYKG_QUARTERS
-  }
-  for (int m = 0; m < 2; ++m) {  // width 2: groups 8m .. 8m + 7 -> 2 lanes each
-#define TINYKG_PAIRS(v, w, F)                                                                \
-  F(__builtin_shufflevector(v, w, 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29), \
-    __builtin_shufflevector(v, w, 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31))
-    lo[m] = TINYKG_PAIRS(lo[2 * m], lo[2 * m + 1], fold_min);
-    hi[m] = TINYKG_PAIRS(hi[2 * m], hi[2 * m + 1], fold_max);
-#undef TINYKG_PAIRS
-  }
-#define TINYKG_LANES(v, w, F)                                                                \
-  F(__builtin_shufflevector(v, w, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30), \
-    __builtin_shufflevector(v, w, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31))
-  *lo_out = TINYKG_LANES(lo[0], lo[1], fold_min);  // width 1: lane k is group k
-  *hi_out = TINYKG_LANES(hi[0], hi[1], fold_max);
-#undef TINYKG_LANES
+  // width 8, 4, 2, 1: lane i with lane i + width of each group, the lanes of 2, 4, 8 then 16
+  // groups sharing a vector (W vectors out of 2 W), so lane k of the last is group k
+  fold_level<8>(lo, hi);
+  fold_level<4>(lo, hi);
+  fold_level<2>(lo, hi);
+  fold_level<1>(lo, hi);
+  *lo_out = lo[0];
+  *hi_out = hi[0];
   return true;
 }
 #endif
