@@ -20,6 +20,16 @@ def widened(holder: Any) -> Any:
     return wide
 
 
+def widened_items(split_items: dict) -> dict:
+    """An evaluator's `split_items` (split -> `UserItems`) with indptr and items in int64."""
+    from tinykg_train.evaluate import UserItems
+
+    return {
+        split: UserItems(table.indptr.astype(np.int64), table.items.astype(np.int64))
+        for split, table in split_items.items()
+    }
+
+
 def int_array_dtypes(holder: Any) -> dict[str, np.dtype]:
     """The dtype of every integer array that `holder` and the kg_data objects it holds keep, by
     attribute path (e.g. "negatives._excluding._keys")."""

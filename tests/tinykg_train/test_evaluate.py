@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from kg_data import KGDataset, ingest
+from tests.widened import widened_items
 from tinykg_train.evaluate import (
     BLOCK_BYTES_PER_SCORE,
     MIN_BLOCK_USERS,
@@ -194,7 +195,7 @@ def test_user_items_are_held_in_int32_and_gather_what_int64_arrays_gather(tiny_d
     dataset = KGDataset.open(tiny_dataset_dir)
     table = UserItems.from_pairs(dataset.pairs("train"), dataset.n_users)
     assert table.indptr.dtype == table.items.dtype == np.int32
-    wide = UserItems(table.indptr.astype(np.int64), table.items.astype(np.int64))
+    wide = widened_items({"train": table})["train"]
     users = np.random.default_rng(0).permutation(dataset.n_users)
     for got, expected in zip(table.gather(users), wide.gather(users), strict=True):
         assert got.dtype == np.int64 and np.array_equal(got, expected)
@@ -213,10 +214,7 @@ def test_the_evaluator_holds_int32_items_and_ranks_as_with_int64_ones(tiny_datas
     evaluator = RankingEvaluator(dataset, [1, 20], batch_users=64)
     assert {table.items.dtype for table in evaluator.split_items.values()} == {np.dtype(np.int32)}
     wide = RankingEvaluator(dataset, [1, 20], batch_users=64)
-    wide.split_items = {
-        split: UserItems(table.indptr.astype(np.int64), table.items.astype(np.int64))
-        for split, table in evaluator.split_items.items()
-    }
+    wide.split_items = widened_items(evaluator.split_items)
     model = ProductScorer(dataset.n_users, dataset.n_items, 16)
     for split in ("valid", "test"):
         assert evaluator.evaluate(model, split) == wide.evaluate(model, split)

@@ -8,11 +8,10 @@ import numpy as np
 import torch
 
 import tinykg_train.compress as compress
-from tests.widened import int_array_dtypes, widened
+from tests.widened import int_array_dtypes, widened, widened_items
 from tinykg_train.compress.modules import CompressedModule
 from tinykg_train.config import TrainConfig
 from tinykg_train.epoch import train_epoch
-from tinykg_train.evaluate import UserItems
 from tinykg_train.session import open_session
 
 
@@ -80,10 +79,7 @@ def test_the_loaders_and_evaluator_hold_int32_arrays_and_train_as_int64_ones_do(
     # opened after the first session's epoch, so both epochs start from the same global RNG state
     wide = open_session(small_config(tiny_dataset_dir, tmp_path / "b"), torch.device("cpu"))
     wide.cf_batches, wide.kg_batches = widened(wide.cf_batches), widened(wide.kg_batches)
-    wide.evaluator.split_items = {
-        split: UserItems(table.indptr.astype(np.int64), table.items.astype(np.int64))
-        for split, table in wide.evaluator.split_items.items()
-    }
+    wide.evaluator.split_items = widened_items(wide.evaluator.split_items)
     assert held_index_dtypes(wide) == {np.dtype(np.int64)}
     wide_row = train_epoch(wide, 0)
     losses = ("train_loss", "kg_loss")

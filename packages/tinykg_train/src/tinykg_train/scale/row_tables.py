@@ -78,6 +78,8 @@ class RowTables:
         self.moments, self.seed = moments, int(seed)
         self.lr, self.betas, self.eps = float(lr), (float(betas[0]), float(betas[1])), float(eps)
         self._steps = dict.fromkeys(tables, 0)
+        # a table's place (from 1) seeds its rounding noise, as a parameter's does in CompactAdam
+        self._positions = {name: k for k, name in enumerate(tables, start=1)}
         self._mismatched_hints = 0
         streams = Streams(self.device)
         if offload:
@@ -298,8 +300,8 @@ class RowTables:
             eps=self.eps,
         )
         if compact:
-            position = list(self._stores).index(name) + 1
-            generator = rounding_generator(self.seed, self._steps[name], position, grad.device)
+            step, position = self._steps[name], self._positions[name]
+            generator = rounding_generator(self.seed, step, position, grad.device)
             rows[1:] = [round_to_bfloat16(moment, generator) for moment in rows[1:]]
         for tensor, updated in zip(tensors, rows, strict=True):
             tensor.index_copy_(0, index, updated)
