@@ -27,6 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from kg_data.index_dtype import narrow_index
+from tinykg_train.allocator import release_between_phases
 from tinykg_train.metrics import ranking_metrics
 
 EVAL_SPLITS = ("valid", "test")
@@ -147,6 +148,7 @@ class RankingEvaluator:
         `stage(name)`, when given, wraps the two stages, "propagation" (`prepare_scoring`) and
         "scoring" (the blocks), e.g. to measure each one's memory."""
         stage = stage or (lambda name: contextlib.nullcontext())
+        release_between_phases()  # what training freed, in pieces a ranking may not fit
         masked = self.masked_splits(split)
         users = self.users(split)
         was_training = model.training
