@@ -102,6 +102,32 @@ def test_hand_made_valid_ranking_masks_train_items(hand_dataset):
     assert model.prepared == 1
 
 
+class HeldScorer(FixedScorer):
+    """Returns scores it keeps: the whole matrix itself (`view=False`) or a view of it."""
+
+    def __init__(self, scores: torch.Tensor, view: bool) -> None:
+        super().__init__(scores)
+        self.view = view
+
+    def score_users(self, users: torch.Tensor) -> torch.Tensor:
+        assert users.tolist() == list(range(int(users[0]), int(users[-1]) + 1))
+        whole = self.scores
+        return whole[int(users[0]) : int(users[-1]) + 1] if self.view else whole
+
+
+@pytest.mark.parametrize("view", [False, True])
+def test_scores_a_model_still_holds_are_not_masked_in_place(hand_dataset, view):
+    """The evaluator masks fresh score blocks in place but must copy what the model keeps."""
+    evaluator = RankingEvaluator(hand_dataset, ks=[1, 3])
+    scores = hand_scores()
+    model = HeldScorer(scores.clone(), view)
+    evaluator.users = lambda split: np.arange(4)  # contiguous users: one block, one view
+    first = evaluator.evaluate(model, "valid")
+    assert torch.equal(model.scores, scores)  # no -inf written into the model's own scores
+    assert evaluator.evaluate(model, "valid") == first
+    assert first == evaluator.evaluate(FixedScorer(scores), "valid")
+
+
 def test_hand_made_test_ranking_masks_train_and_valid_items(hand_dataset):
     evaluator = RankingEvaluator(hand_dataset, ks=[1, 20])  # K above n_items = 8
     got = evaluator.evaluate(FixedScorer(hand_scores()), "test")
@@ -301,7 +327,8 @@ def test_a_block_budget_bounds_the_score_blocks_memory(many_users):
     largest_block = max(block_sizes(n_users, 300, MIN_BLOCK_USERS * 300 * BLOCK_BYTES_PER_SCORE))
     assert largest_block < n_users
     assert whole >= n_users * 300 * BLOCK_BYTES_PER_SCORE
-    assert bounded <= 1.1 * largest_block * 300 * BLOCK_BYTES_PER_SCORE
+    # a block's work and its users' [block, 64] vectors (ProductScorer's gather)
+    assert bounded <= 1.1 * largest_block * (300 * BLOCK_BYTES_PER_SCORE + 64 * 4)
 
 
 def test_eval_users_reaches_the_runs_evaluator_and_a_bad_value_is_one_line(

@@ -6,7 +6,7 @@ largest K and `metrics.ranking_metrics` derives every smaller K from it. Users w
 the split are skipped; a held-out item that is also a masked (known) item of the same user cannot be
 ranked and is not counted as relevant.
 
-Memory: a chunk's [users, n_items] work (the scores, their masked copy and the relevant-item flags,
+Memory: a chunk's [users, n_items] work (the scores, masked in place, and the relevant-item flags,
 `BLOCK_BYTES_PER_SCORE` bytes per score) is done in blocks of at most `block_bytes`, a chunk cut
 into near-equal blocks of at least `MIN_BLOCK_USERS` users; only the [users, max K] hits of the chunk
 are gathered. The numbers are the same for every `block_bytes`: a user's scores are one row of a
@@ -18,6 +18,7 @@ as before.
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -35,8 +36,8 @@ EVAL_SPLITS = ("valid", "test")
 USER_SAMPLE_STREAM = 0xE7A1
 #: Default bound on one block's [users, n_items] work, in bytes.
 DEFAULT_BLOCK_BYTES = 64 << 20
-#: Bytes per (user, item) in a block: the float32 scores, their masked copy and a bool flag.
-BLOCK_BYTES_PER_SCORE = 4 + 4 + 1
+#: Bytes per (user, item) in a block: the float32 scores (masked in place) and a bool flag.
+BLOCK_BYTES_PER_SCORE = 4 + 1
 #: The fewest users a block is cut to (a matrix product of very few rows may round differently).
 MIN_BLOCK_USERS = 128
 
@@ -202,7 +203,10 @@ class RankingEvaluator:
         relevant = torch.zeros(scores.shape, dtype=torch.bool, device=scores.device)
         held_out = self._coordinates(split, users, scores.device)
         relevant[held_out] = True
-        scores = scores.clone()
+        # masked in place when the scores are this call's own (a fresh product): a copy of a
+        # [users, n_items] block otherwise (128 MiB at 128 users and 250,000 items)
+        if scores._base is not None or sys.getrefcount(scores) > 2:
+            scores = scores.clone()  # the model may still hold them (a cache, a view of one)
         for known in masked:
             rows, items = self._coordinates(known, users, scores.device)
             scores[rows, items] = float("-inf")
