@@ -197,3 +197,34 @@ def test_kgat_beats_a_random_ranker_by_far(tiny_dataset, make_config, train):
     kgat_recall = evaluator.evaluate(model, "valid")["recall@20"]
     random_recall = evaluator.evaluate(RandomRanker(tiny_dataset.n_items), "valid")["recall@20"]
     assert kgat_recall > 3 * random_recall, (kgat_recall, random_recall)
+
+
+@pytest.mark.parametrize("sampler", ["none", "neighbor"])
+def test_a_whole_graph_session_drops_the_per_edge_attention_a_sampled_one_keeps(
+    sampler, tiny_dataset, tiny_dataset_dir, tmp_path
+):
+    """Whole-graph steps read only the matrix entries: the per-edge copy goes, and a refresh gives
+    the entries of a model that kept it, bit for bit; sampled steps read the per-edge copy."""
+    from tinykg_train.checkpoint import seed_everything
+    from tinykg_train.config import TrainConfig
+    from tinykg_train.session import open_session
+
+    sampling = {"sampler": sampler, "fanouts": [4, 4]} if sampler != "none" else {}
+    config = TrainConfig(data=str(tiny_dataset_dir), model="kgat", out=str(tmp_path), embed_dim=16,
+                         n_layers=2, **sampling)  # fmt: skip
+    model = open_session(config, torch.device("cpu")).model
+    seed_everything(config.seed)
+    kept = build_model("kgat", tiny_dataset, config)  # the session's weights: same seed, same draws
+    assert kept.attention is not None
+    assert (model.attention is None) == (sampler == "none")
+    if sampler != "none":
+        return
+    with torch.no_grad():  # move the weights so the refresh has something new to compute
+        for m in (model, kept):
+            m.node_embedding.mul_(1.5)
+    model.refresh_attention()
+    kept.refresh_attention()
+    assert model.attention is None
+    assert torch.equal(model.attention_entries, kept.attention_entries)
+    with pytest.raises(RuntimeError, match="dropped for whole-graph training"):
+        model.sampled_attention(None)

@@ -164,6 +164,9 @@ def open_session(
         kg_batches = (
             KGBatches(dataset, config.kg_batch_size, config.seed) if model.has_kg_phase else None
         )
+    whole_graph_hook = getattr(model, "on_whole_graph_training", None)  # a model of your own may lack it
+    if sampled is None and whole_graph_hook is not None:
+        whole_graph_hook()  # e.g. what only sampled steps read goes
     if "kg" in config.exact_phases and not model.has_kg_phase:
         raise ConfigError(f"--exact-phases kg: {config.model} has no KG phase (only cf)")
     tables = table_training(config, model, device)  # takes the big tables out of the model

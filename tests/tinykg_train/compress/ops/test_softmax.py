@@ -117,3 +117,25 @@ def test_index_must_match_the_scores():
     scores, index = make_scores()
     with pytest.raises(ValueError, match="'index' needs shape"):
         edge_softmax(scores, index[:-1], NUM_NODES, config=CompressionConfig())
+
+
+@pytest.mark.parametrize("chunk", [64, 1 << 16])
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_softmax_in_place_gives_the_plain_ops_bits_with_groups_across_chunks(chunk, index_dtype):
+    """KGAT's attention refresh normalises in place, a chunk of edges at a time: each target's
+    edges lie in many chunks here (200,003 edges, 5,000 targets), and every value must be the
+    plain ops' to the bit (the refresh's attention was bit-identical before and after)."""
+    from tinykg_train.compress.ops.edge_softmax import softmax_in_place
+
+    gen = torch.Generator().manual_seed(3)
+    edges, nodes = 200_003, 5_000
+    scores = 8 * torch.randn(edges, generator=gen)
+    index = torch.randint(0, nodes - 1, (edges,), generator=gen).to(index_dtype)  # one target idle
+    expected = softmax_forward(scores, index, nodes)
+    written = scores.clone()
+    out = softmax_in_place(written, index, nodes, chunk=chunk)
+    assert out.data_ptr() == written.data_ptr()  # in place: no [E] result beside the scores
+    assert torch.equal(out, expected)
+    assert torch.allclose(loop_reference(scores[:5_000], index[:5_000].long()),
+                          softmax_in_place(scores[:5_000].clone(), index[:5_000], nodes, chunk=chunk),
+                          rtol=1e-5, atol=1e-7)  # fmt: skip

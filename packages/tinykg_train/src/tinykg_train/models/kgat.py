@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from tinykg_train.compress import ops
+from tinykg_train.compress.ops.edge_softmax import softmax_in_place
 from tinykg_train.errors import ConfigError
 from tinykg_train.model_defaults import extra_defaults
 from tinykg_train.models.base import EmbeddingRecommender
@@ -106,6 +107,7 @@ class KGAT(EmbeddingRecommender):
         self.graph = CSRGraph(
             edges.edge_index, self.num_nodes, transposed=not self.compression.enabled
         )
+        self.num_edges = edges.num_edges
         self.register_buffer("attention", torch.empty(edges.num_edges), persistent=False)
         self.register_buffer(
             "attention_entries", torch.empty(self.graph.num_entries), persistent=False
@@ -123,6 +125,12 @@ class KGAT(EmbeddingRecommender):
     def on_epoch_start(self, epoch: int) -> None:
         self.refresh_attention()
 
+    def on_whole_graph_training(self) -> None:
+        """Whole-graph steps read the attention's matrix entries only: the per-edge copy (which a
+        sampled step's edges are read from; 67 MiB at 17.5M edges) goes, and each refresh scores
+        into a temporary instead."""
+        self.attention = None
+
     @torch.no_grad()
     def prepare_scoring(self) -> None:
         """Refresh the attention from the trained weights, then propagate (the original's order)."""
@@ -131,9 +139,15 @@ class KGAT(EmbeddingRecommender):
 
     @torch.no_grad()
     def refresh_attention(self) -> None:
-        """pi(h, r, t) for every edge from the current weights, softmax-normalised per head `h`."""
+        """pi(h, r, t) for every edge from the current weights, softmax-normalised per head `h`.
+
+        The scores are written into `attention` (a temporary once `on_whole_graph_training` dropped
+        it) and normalised there (`softmax_in_place`): beside them and the matrix entries only the
+        edges' heads and one projection are made whole."""
         embedding = self.node_embedding.detach()
-        scores = torch.empty_like(self.attention)
+        scores = self.attention
+        if scores is None:
+            scores = self.attention_entries.new_empty(self.num_edges)
         entry_rows = self.graph.entry_rows()  # each edge's head, through the CSR (`edge_ends`)
         start = 0
         for relation, count in enumerate(self.relation_edge_counts):
@@ -156,12 +170,12 @@ class KGAT(EmbeddingRecommender):
                 # in place: the chunk's two projections are its only [chunk, dim] tensors
                 head_vectors.add_(relation_vector).tanh_()
                 scores[chunk] = tail_vectors.mul_(head_vectors).sum(-1)
-        heads = self.graph.edge_ends(entry_rows=entry_rows)[1]
+            del projected
+        heads = entry_rows.index_select(0, self.graph.slot)
         del entry_rows
-        self.attention.copy_(
-            ops.edge_softmax(scores, heads, self.num_nodes, config=self.compression)
-        )
-        self.attention_entries.copy_(self.graph.values(self.attention))
+        softmax_in_place(scores, heads, self.num_nodes)
+        del heads
+        self.attention_entries.zero_().index_add_(0, self.graph.slot, scores)
 
     # -- CF phase ----------------------------------------------------------------------------------
 
@@ -169,15 +183,16 @@ class KGAT(EmbeddingRecommender):
         """Concatenated layer outputs `[e_0, norm(e_1), ...]` of users and items (scoring; a CF
         step gathers its batch's rows instead: `batch_vectors`).
 
-        Only the user and item rows of each layer's output are kept (copied right after the layer),
-        never an all-node concatenation."""
+        Only the user and item rows of each layer's output are normalized and kept (normalization
+        is row-wise: the same values), never the whole output's normalized copy nor an all-node
+        concatenation."""
         x = self.node_embedding
         users, items = [x[self.n_entities :]], [x[: self.n_items]]
         for layer in self.layers:
-            x, normalized = layer(x, self.graph, self.attention_entries)
-            users.append(normalized[self.n_entities :].clone())
-            items.append(normalized[: self.n_items].clone())
-            del normalized
+            x, _ = layer(x, self.graph, self.attention_entries, normalize=False)
+            users.append(ops.l2_normalize(x[self.n_entities :], dim=-1, config=self.compression))
+            items.append(ops.l2_normalize(x[: self.n_items], dim=-1, config=self.compression))
+        del x
         return torch.cat(users, dim=1), torch.cat(items, dim=1)
 
     def batch_vectors(self, users, pos_items, neg_items):
@@ -221,6 +236,11 @@ class KGAT(EmbeddingRecommender):
 
     def sampled_attention(self, graph) -> torch.Tensor:
         """Each sampled edge's attention, renormalised over its target's sampled edges."""
+        if self.attention is None:
+            raise RuntimeError(
+                "KGAT's per-edge attention was dropped for whole-graph training "
+                "(on_whole_graph_training): build the model anew for sampled steps"
+            )
         attention = self.attention.index_select(0, graph.edge_id)
         target = graph.edge_index[1]
         total = attention.new_zeros(graph.num_nodes).index_add_(0, target, attention)

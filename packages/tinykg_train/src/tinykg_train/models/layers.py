@@ -118,7 +118,8 @@ class BiInteractionLayer(CompressedModule):
         num_targets: int | None = None,
         rows: torch.Tensor | None = None,
         output_saved_next: bool = True,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        normalize: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`attention`: the graph's matrix entries (`graph.values(per-edge attention)`).
 
         `num_targets` (a sampled step's layer block): `ego` holds the graph's sources, of which the
@@ -129,7 +130,8 @@ class BiInteractionLayer(CompressedModule):
         output (the same values as its rows: normalization is row-wise), so nothing whole-graph
         is saved for it nor made in its backward; with `output_saved_next` (the next layer saves
         the output) the output is offered to that save in the form the whole normalization would
-        have stored (`ops.offer_normalized`)."""
+        have stored (`ops.offer_normalized`). `normalize=False`: no normalized copy (None), for a
+        caller that normalizes only the rows it keeps (scoring)."""
         c = self.compression
         weights = (
             self.sum_linear.weight,
@@ -146,6 +148,8 @@ class BiInteractionLayer(CompressedModule):
         else:
             out = self._trained_aggregate(ego, graph, attention, num_targets, weights)
         out = ops.dropout(out, self.dropout, self.training, config=c)
+        if not normalize:
+            return out, None
         if rows is None:
             return out, ops.l2_normalize(out, dim=-1, config=c)
         if output_saved_next:
