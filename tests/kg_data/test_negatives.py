@@ -156,21 +156,60 @@ def test_samplers_hold_int32_arrays_and_draw_what_int64_arrays_draw(tiny_dataset
         assert np.array_equal(kg.sample(heads, relations), wide_kg.sample(heads, relations))
 
 
-def test_keys_beyond_int32_stay_int64_and_draw_what_int64_arrays_draw():
-    # values below 2**31 from 5 groups: keys group * 2**31 + value reach 2**33, the rest fits int32
+def test_keys_beyond_int32_are_kept_as_int32_values_and_draw_what_int64_keys_draw():
+    # values below 2**31 from 5 groups: keys group * 2**31 + value reach 2**33; kept as the values
+    # alone (int32), searched within each group's slice, they must give the int64 keys' answers
     rng = np.random.default_rng(4)
     groups, values = rng.integers(0, 5, 300), rng.integers(0, 40, 300)
     sampler = ExcludingSampler(groups, values, 2**31)
-    assert int_array_dtypes(sampler) == {
-        "_keys": np.int64,
-        "_rank_keys": np.int64,
-        "_group_ids": np.int32,
-        "_bounds": np.int32,
-    }
+    flat = ExcludingSampler(groups, values, 2**31, segmented=False)
+    assert set(int_array_dtypes(sampler).values()) == {np.dtype(np.int32)}
+    assert int_array_dtypes(flat)["_keys"] == np.int64
     draws = np.repeat(np.arange(6), 500)  # group 5 excludes nothing
     got = sampler.draw(draws, 45, np.random.default_rng(8))
+    assert np.array_equal(got, flat.draw(draws, 45, np.random.default_rng(8)))
     assert np.array_equal(got, widened(sampler).draw(draws, 45, np.random.default_rng(8)))
     assert not sampler.is_excluded(draws, got).any() and got.max() < 45
+    queries = rng.integers(0, 45, len(draws))
+    assert np.array_equal(sampler.is_excluded(draws, queries), flat.is_excluded(draws, queries))
+    ranks = rng.integers(0, 5, len(draws))
+    assert np.array_equal(sampler.value_at_rank(draws, ranks), flat.value_at_rank(draws, ranks))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_segmented_and_flat_keys_give_the_same_draws_and_answers(seed):
+    rng = np.random.default_rng(seed)
+    groups, values = rng.integers(0, 300, 5000), rng.integers(0, 60, 5000)  # dense groups too
+    segmented = ExcludingSampler(groups, values, 64, segmented=True)
+    flat = ExcludingSampler(groups, values, 64, segmented=False)
+    queried = rng.integers(0, 320, 4000)  # 20 groups that exclude nothing
+    allowed = np.flatnonzero(flat.excluded_count(queried) < 64)
+    queried = queried[allowed]
+    for draw in range(3):
+        assert np.array_equal(
+            segmented.draw(queried, 64, np.random.default_rng(draw)),
+            flat.draw(queried, 64, np.random.default_rng(draw)),
+        )
+    probes = rng.integers(0, 64, len(queried))
+    assert np.array_equal(segmented.is_excluded(queried, probes), flat.is_excluded(queried, probes))
+
+
+def test_segmented_search_is_searchsorted_within_each_slice():
+    from kg_data.negatives import segmented_search
+
+    rng = np.random.default_rng(1)
+    lengths = rng.integers(0, 40, 200)  # empty slices among them
+    values = np.concatenate([np.sort(rng.integers(0, 30, n)) for n in lengths]).astype(np.int32)
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    queries = rng.integers(-2, 33, len(lengths))
+    for side in ("left", "right"):
+        expected = [
+            start + np.searchsorted(values[start:end], query, side=side)
+            for start, end, query in zip(starts, ends, queries, strict=True)
+        ]
+        assert segmented_search(values, starts, ends, queries, side=side).tolist() == expected
+    assert segmented_search(values[:0], np.zeros(3), np.zeros(3), np.ones(3)).tolist() == [0, 0, 0]
 
 
 def test_int32_keys_answer_queries_beyond_int32_without_wrapping():

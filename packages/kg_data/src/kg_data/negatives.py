@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from kg_data.errors import KGDataError
-from kg_data.index_dtype import narrow_index, search_sorted
+from kg_data.index_dtype import narrow_index, narrowest_index_dtype, search_sorted
 
 _MAX_KEY = np.iinfo(np.int64).max
 
@@ -28,10 +28,15 @@ class ExcludingSampler:
     values below `width`. Keys are `group * width + value`, sorted. For the exact draw, the `j`-th
     excluded value `x_j` of a group is also stored as `group * width + (x_j - j)`: `x_j - j` counts
     the allowed values below `x_j`, so the allowed value of rank `r` is `r` plus the number of
-    those keys of its group that are at most `group * width + r`.
+    those keys of its group that are at most `group * width + r`. Keys that do not fit int32 are
+    kept as their values alone and searched within their group's slice (the same positions).
     """
 
-    def __init__(self, groups: np.ndarray, values: np.ndarray, width: int) -> None:
+    def __init__(
+        self, groups: np.ndarray, values: np.ndarray, width: int, segmented: bool | None = None
+    ) -> None:
+        """`segmented`: keep the keys' values only and search each group's slice (None: when the
+        keys do not fit int32)."""
         groups = np.asarray(groups, np.int64)
         values = np.asarray(values, np.int64)
         if groups.size and int(groups.max()) > (_MAX_KEY - width) // max(width, 1):
@@ -44,8 +49,16 @@ class ExcludingSampler:
         bounds = np.append(group_start, len(keys))  # group i's keys: bounds[i] .. bounds[i+1]
         ranks = np.arange(len(keys), dtype=np.int64) - np.repeat(group_start, np.diff(bounds))
         # held for the whole run: each in the narrowest dtype of its own values (see index_dtype)
-        self._keys, self._rank_keys = narrow_index(keys), narrow_index(keys - ranks)
         self._group_ids, self._bounds = narrow_index(group_ids), narrow_index(bounds)
+        # Keys past int32 (many groups times a wide range: 38 MiB a copy at 5M training pairs of
+        # 250,000 users and items) are kept as their values alone, in int32, and searched within
+        # their group's slice (`segmented_search`): the same positions, so the same draws.
+        self._segmented = narrowest_index_dtype(int(keys.max(initial=0))) is np.int64
+        if segmented is not None:
+            self._segmented = bool(segmented)
+        if self._segmented:
+            keys = keys % width
+        self._keys, self._rank_keys = narrow_index(keys), narrow_index(keys - ranks)
 
     def _segments(self, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(index of the group's first key, or where it would be; number of excluded values) of each group."""
@@ -61,11 +74,26 @@ class ExcludingSampler:
         """How many values each group excludes."""
         return self._segments(np.asarray(groups, np.int64))[1]
 
+    def _rank_search(
+        self, groups: np.ndarray, ranks: np.ndarray, first: np.ndarray, excluded: np.ndarray
+    ) -> np.ndarray:
+        """How many of each group's rank keys are at most its rank (`draw`'s second search)."""
+        if self._segmented:
+            ends = first + excluded
+            return segmented_search(self._rank_keys, first, ends, ranks, side="right") - first
+        return search_sorted(self._rank_keys, groups * self.width + ranks, side="right") - first
+
     def is_excluded(self, groups: np.ndarray, values: np.ndarray) -> np.ndarray:
-        keys = np.asarray(groups, np.int64) * self.width + np.asarray(values, np.int64)
+        groups, values = np.asarray(groups, np.int64), np.asarray(values, np.int64)
         if not len(self._keys):
-            return np.zeros(len(keys), dtype=bool)
-        return self._keys[np.minimum(search_sorted(self._keys, keys), len(self._keys) - 1)] == keys
+            return np.zeros(len(groups), dtype=bool)
+        last = len(self._keys) - 1
+        if self._segmented:
+            starts, counts = self._segments(groups)
+            at = segmented_search(self._keys, starts, starts + counts, values)
+            return (at < starts + counts) & (self._keys[np.minimum(at, last)] == values)
+        keys = groups * self.width + values
+        return self._keys[np.minimum(search_sorted(self._keys, keys), last)] == keys
 
     def draw(
         self,
@@ -96,22 +124,40 @@ class ExcludingSampler:
                 f"{describe(int(bad))}: no negative exists for it; drop it from the data"
             )
         ranks = _uniform_below(allowed, rng)
-        values[redo] = (
-            ranks
-            + search_sorted(self._rank_keys, groups[redo] * self.width + ranks, side="right")
-            - first
-        )
+        values[redo] = ranks + self._rank_search(groups[redo], ranks, first, excluded)
         return values
 
     def value_at_rank(self, groups: np.ndarray, ranks: np.ndarray) -> np.ndarray:
         """The allowed value of rank `ranks[i]` (0-based, in increasing order) of group `groups[i]`."""
-        groups = np.asarray(groups, np.int64)
-        first, _ = self._segments(groups)
-        return (
-            ranks
-            + search_sorted(self._rank_keys, groups * self.width + ranks, side="right")
-            - first
-        )
+        groups, ranks = np.asarray(groups, np.int64), np.asarray(ranks, np.int64)
+        first, excluded = self._segments(groups)
+        return ranks + self._rank_search(groups, ranks, first, excluded)
+
+
+def segmented_search(
+    values: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    queries: np.ndarray,
+    side: str = "left",
+) -> np.ndarray:
+    """Per query, where `queries[i]` goes in the sorted slice `values[starts[i]:ends[i]]` (an index
+    into `values`, as `np.searchsorted` on that slice plus `starts[i]`): a binary search of every
+    query at once, one step per halving of the longest slice."""
+    low = np.asarray(starts, np.int64).copy()
+    high = np.asarray(ends, np.int64).copy()
+    if not len(values):
+        return low
+    last = len(values) - 1
+    active = low < high
+    while active.any():
+        middle = (low + high) >> 1
+        probe = values[np.minimum(middle, last)]
+        right = (probe < queries) if side == "left" else (probe <= queries)
+        low = np.where(active & right, middle + 1, low)
+        high = np.where(active & ~right, middle, high)
+        active = low < high
+    return low
 
 
 def _uniform_below(bounds: np.ndarray, rng: np.random.Generator) -> np.ndarray:
