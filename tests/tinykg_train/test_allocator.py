@@ -84,54 +84,33 @@ def test_freed_heap_is_kept_until_released():
     assert int(kept) - int(after) > 200  # most of the 256 MiB freed went back to the OS
 
 
-# In a fresh process, tuned: 300 MiB in 1 MiB blocks freed; the free heap glibc reports, then
-# whether a release between phases with a threshold above it and one below it handed memory back,
-# and the resident MiB before and after.
-_BETWEEN_PHASES_SCRIPT = """
-import sys, torch
-from tinykg_train.allocator import free_heap_bytes, release_between_phases, tune_cpu_allocator
-def rss():
-    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS")) >> 10
-assert tune_cpu_allocator()
-blocks = [torch.ones(1 << 18) for _ in range(300)]
-del blocks
-free = free_heap_bytes()
-above = release_between_phases(min_free_bytes=free + (1 << 30))
-kept = rss()
-below = release_between_phases(min_free_bytes=64 << 20)
-print(free >> 20, above, below, kept, rss())
-"""
+def test_only_a_graph_with_big_tables_releases_between_phases():
+    assert allocator.releases_between_phases(305 << 20)  # the 10M graph's node table
+    assert allocator.releases_between_phases(allocator.PHASE_RELEASE_MIN_TABLE)
+    assert not allocator.releases_between_phases(30 << 20)  # 1M: its tensors stay on the heap
+    assert not allocator.releases_between_phases(0)
 
 
-@pytest.mark.skipif(allocator._glibc_mallinfo2() is None, reason="mallinfo2 is glibc 2.33+'s")
-def test_a_release_between_phases_waits_for_enough_free_heap():
-    env = {**os.environ, allocator.ENV_VAR: "tuned", allocator.HUGE_PAGES_ENV: "0"}
-    done = subprocess.run(
-        [sys.executable, "-c", _BETWEEN_PHASES_SCRIPT], env=env, capture_output=True, text=True,
-        check=True,
-    )  # fmt: skip
-    free, above, below, kept, after = done.stdout.split()
-    assert int(free) >= 290  # the freed blocks, counted free
-    assert (above, below) == ("False", "True")  # under its threshold it keeps the heap
-    assert int(kept) - int(after) > 200
-
-
-def test_training_and_ranking_release_between_their_phases(
-    tiny_dataset_dir: Path, tmp_path: Path, monkeypatch
+@pytest.mark.parametrize("big", [False, True])
+def test_a_big_graph_s_run_releases_between_its_phases_and_rankings(
+    big, tiny_dataset_dir: Path, tmp_path: Path, monkeypatch
 ):
     """Before the epoch's start (KGAT's attention refresh), before each phase and before each
-    ranking: what the work before freed does not stay under the next one's peak."""
+    ranking, when the graph's tables are big; never on a small graph, whose phases reuse what
+    the phase before freed."""
     from tinykg_train import epoch, evaluate
     from tinykg_train.trainer import train
 
+    if big:  # the tiny graph's tables count as big
+        monkeypatch.setattr(allocator, "PHASE_RELEASE_MIN_TABLE", 1)
     calls = []
     for module in (epoch, evaluate):
-        monkeypatch.setattr(module, "release_between_phases", lambda m=module: calls.append(m))
+        monkeypatch.setattr(module, "release_freed_memory", lambda m=module: calls.append(m))
     config = TrainConfig(data=str(tiny_dataset_dir), model="kgat", epochs=1, device="cpu",
                          out=str(tmp_path / "run"), max_batches_per_epoch=1)  # fmt: skip
     train(config, tracker=None)
     # epoch start, CF phase, KG phase; the valid and the test ranking
-    assert calls == [epoch, epoch, epoch, evaluate, evaluate]
+    assert calls == ([epoch, epoch, epoch, evaluate, evaluate] if big else [])
 
 
 def test_a_cpu_session_releases_what_building_it_freed(

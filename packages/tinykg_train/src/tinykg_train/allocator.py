@@ -57,8 +57,8 @@ SETTINGS = {
     M_TRIM_THRESHOLD: 1 << 30,
     M_TOP_PAD: 64 << 20,  # grow the heap in steps of 64 MiB, not one block at a time
 }
-#: the free heap from which `release_between_phases` hands it back
-PHASE_RELEASE_MIN_FREE = 256 << 20
+#: the largest parameter from which a run releases its free heap between phases
+PHASE_RELEASE_MIN_TABLE = 64 << 20
 
 
 def requested() -> str:
@@ -129,49 +129,22 @@ def release_freed_memory() -> bool:
     return trim(0) == 1
 
 
-class _MallInfo2(ctypes.Structure):
-    """glibc's `struct mallinfo2` (2.33+): the heap's counters in size_t."""
+def releases_between_phases(largest_tensor_bytes: int) -> bool:
+    """Whether a run whose largest parameter (an embedding table) takes `largest_tensor_bytes`
+    hands its free heap back (`release_freed_memory`) at the epoch's start, before each phase
+    and before each ranking.
 
-    _fields_ = [
-        (name, ctypes.c_size_t)
-        for name in (
-            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
-            "fordblks", "keepcost",
-        )
-    ]  # fmt: skip
-
-
-@functools.cache
-def _glibc_mallinfo2():
-    """glibc's `mallinfo2`, or None (not glibc, or older than 2.33)."""
-    if _glibc_mallopt() is None:
-        return None
-    info = getattr(ctypes.CDLL(None), "mallinfo2", None)
-    if info is not None:
-        info.argtypes, info.restype = [], _MallInfo2
-    return info
-
-
-def free_heap_bytes() -> int | None:
-    """Bytes the heap holds free (`mallinfo2().fordblks`: freed, kept for reuse; resident or not),
-    or None where glibc cannot say."""
-    info = _glibc_mallinfo2()
-    return None if info is None else int(info().fordblks)
-
-
-def release_between_phases(min_free_bytes: int = PHASE_RELEASE_MIN_FREE) -> bool:
-    """`release_freed_memory` when the heap holds at least `min_free_bytes` free; True when memory
-    was handed back. Called where a run moves from one kind of work to another (an epoch's
-    attention refresh, its CF and KG phases, a ranking): what one freed comes back in pieces the
-    next may not fit, so on a big graph the kept heap grew under every later peak (whole-graph
-    KGAT INT2 on `bench_scale`'s 10M graph: 1.1-1.4 GB free in a 1.7 GB heap; released between
-    phases, the CF backward's peak RSS fell from 2,969 to 2,712 MiB and the valid ranking's from
-    3,238 to 2,779 in one scratch run each). A small graph's heap stays under the threshold, so
-    its epochs keep their freed pages and take no page faults for them."""
-    free = free_heap_bytes()
-    if free is not None and free < min_free_bytes:
-        return False
-    return release_freed_memory()
+    On a big graph each kind of work frees what the next asks for again in pieces it does not fit,
+    so the kept heap grows under every later peak: whole-graph KGAT INT2 on `bench_scale`'s 10M
+    graph held 1.1-1.4 GB free in a 1.7 GB heap; released between phases, in one scratch run each,
+    the CF backward's peak RSS fell from 2,969 to 2,712 MiB and the valid ranking's from 3,238 to
+    2,779 (`python -m benchmarks.rss_by_phase`). Its steps take seconds, so the pages faulted back
+    afterwards cost nothing measurable. A small graph's phases reuse their freed pages, which a
+    release would make them fault in again every phase; glibc's own count of free heap cannot tell
+    the two apart (700-850 MiB "free" on music-kgcn and lfm1m too, mostly pages already handed back).
+    The switch is the size of the graph's tensors: from `PHASE_RELEASE_MIN_TABLE`, a `[nodes, dim]`
+    table past glibc's largest mmap threshold (32 MiB), its whole-graph temporaries are too."""
+    return largest_tensor_bytes >= PHASE_RELEASE_MIN_TABLE
 
 
 def tune_cpu_allocator() -> bool:

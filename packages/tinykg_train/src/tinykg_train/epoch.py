@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from tinykg_train.allocator import release_between_phases
+from tinykg_train.allocator import release_freed_memory
 from tinykg_train.errors import TinyKGError
 from tinykg_train.memory_breakdown import (
     epoch_start_measured,
@@ -76,7 +76,8 @@ def run_phase(
     from tinykg_train.compress import ActivationMeter
 
     config, model, optimizer = session.config, session.model, session.optimizer
-    release_between_phases()  # what the work before freed, in pieces these steps may not fit
+    if session.release_heap:  # what the work before freed, in pieces these steps may not fit
+        release_freed_memory()
     total = torch.zeros((), dtype=torch.float64, device=session.device)
     steps, activation_bytes, by_module = 0, None, {}
     progress = tqdm(
@@ -127,7 +128,8 @@ def train_epoch(session: Session, epoch: int) -> dict[str, Any]:
     model.train()
     synchronize(session.device)
     start = time.perf_counter()
-    release_between_phases()  # e.g. the last ranking's blocks (see allocator)
+    if session.release_heap:  # e.g. the last ranking's blocks (allocator.releases_between_phases)
+        release_freed_memory()
     with session.whole_model():
         epoch_start_measured(session, epoch)  # e.g. KGAT's attention refresh: the epoch's cost
     sampled = session.sampled  # sampled training: batches with subgraphs, their own losses

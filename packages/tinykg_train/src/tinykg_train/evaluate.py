@@ -28,7 +28,7 @@ import torch
 from tqdm.auto import tqdm
 
 from kg_data.index_dtype import narrow_index
-from tinykg_train.allocator import release_between_phases
+from tinykg_train.allocator import release_freed_memory
 from tinykg_train.metrics import ranking_metrics
 
 EVAL_SPLITS = ("valid", "test")
@@ -97,9 +97,13 @@ class RankingEvaluator:
         block_bytes: int = DEFAULT_BLOCK_BYTES,
         sample_users: int | None = None,
         seed: int = 0,
+        release_heap: bool = False,
     ) -> None:
+        """`release_heap`: hand the free heap back before each ranking (a big graph's run:
+        `allocator.releases_between_phases`)."""
         self.ks = tuple(sorted(set(int(k) for k in ks)))
         self.sample_users, self.seed = sample_users, int(seed)
+        self.release_heap = release_heap
         self.batch_users = int(batch_users)
         self.block_bytes = int(block_bytes)
         self.device = torch.device(device)
@@ -149,7 +153,8 @@ class RankingEvaluator:
         `stage(name)`, when given, wraps the two stages, "propagation" (`prepare_scoring`) and
         "scoring" (the blocks), e.g. to measure each one's memory."""
         stage = stage or (lambda name: contextlib.nullcontext())
-        release_between_phases()  # what training freed, in pieces a ranking may not fit
+        if self.release_heap:  # what training freed, in pieces a ranking may not fit
+            release_freed_memory()
         masked = self.masked_splits(split)
         users = self.users(split)
         was_training = model.training

@@ -17,7 +17,11 @@ from typing import Any
 
 import torch
 
-from tinykg_train.allocator import release_freed_memory, tune_cpu_allocator
+from tinykg_train.allocator import (
+    release_freed_memory,
+    releases_between_phases,
+    tune_cpu_allocator,
+)
 from tinykg_train.checkpoint import (
     capture_rng_state,
     load_checkpoint,
@@ -79,6 +83,8 @@ class Session:
     sampled: Any | None = None
     # `scale.table_training.TableTraining` with --sparse-adam / --offload-embeddings
     tables: Any | None = None
+    # hand the free heap back between phases (a big graph: `allocator.releases_between_phases`)
+    release_heap: bool = False
 
     def close(self) -> None:
         """Stop the run's background threads and wait for them: the offloaded tables' prefetch
@@ -155,6 +161,8 @@ def open_session(
         tune_cpu_allocator()  # whole-graph tensors freed every step stay mapped (see allocator)
     seed_everything(config.seed)
     model = model_builder(config.model, dataset, config).to(device)
+    largest = max((p.numel() * p.element_size() for p in model.parameters()), default=0)
+    release_heap = releases_between_phases(largest)  # before the tables may leave the model
     cf_batches = BPRBatches(dataset, config.batch_size, config.seed)
     partitioned = partitioned_batches(config, dataset, model)  # --partitions N: its own sources
     if partitioned is not None:
@@ -164,7 +172,8 @@ def open_session(
         kg_batches = (
             KGBatches(dataset, config.kg_batch_size, config.seed) if model.has_kg_phase else None
         )
-    whole_graph_hook = getattr(model, "on_whole_graph_training", None)  # a model of your own may lack it
+    # (a model of your own may lack the hook)
+    whole_graph_hook = getattr(model, "on_whole_graph_training", None)
     if sampled is None and whole_graph_hook is not None:
         whole_graph_hook()  # e.g. what only sampled steps read goes
     if "kg" in config.exact_phases and not model.has_kg_phase:
@@ -190,6 +199,7 @@ def open_session(
             device,
             sample_users=config.eval_users,
             seed=config.seed,
+            release_heap=release_heap,
         ),
         state=TrainingState(),
         fallback_compression=None
@@ -198,6 +208,7 @@ def open_session(
         replica=replica,
         sampled=sampled,
         tables=tables,
+        release_heap=release_heap,
     )
     if tables is not None:
         session.sampled.tables = tables
