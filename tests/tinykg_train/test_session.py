@@ -89,3 +89,28 @@ def test_the_loaders_and_evaluator_hold_int32_arrays_and_train_as_int64_ones_do(
     assert narrow.evaluator.evaluate(narrow.model, "valid") == wide.evaluator.evaluate(
         wide.model, "valid"
     )
+
+
+def test_dense_adam_steps_with_one_table_sized_temporary_and_the_one_tensor_step_s_bits():
+    """The session's Adam (float32 state) takes torch's multi-tensor step on the CPU too: one
+    [rows, dim] temporary for the denominator, not two, and the same parameters to the bit."""
+    from tinykg_train.memory import allocation_peak
+    from tinykg_train.session import dense_optimizer
+
+    torch.manual_seed(0)
+    table = torch.nn.Parameter(torch.randn(1 << 16, 32))  # 8 MiB
+    reference = torch.nn.Parameter(table.detach().clone())
+    config = TrainConfig(lr=1e-2)
+    optimizer = dense_optimizer(None, [table], config)
+    one_tensor = torch.optim.Adam([reference], lr=1e-2, foreach=False)
+    peaks = []
+    for step in range(3):
+        gradient = torch.randn_like(table)
+        table.grad, reference.grad = gradient.clone(), gradient.clone()
+        with allocation_peak(torch.device("cpu")) as window:
+            optimizer.step()
+        one_tensor.step()
+        peaks.append(window.peak_bytes)
+        assert torch.equal(table, reference), step
+    table_bytes = table.numel() * table.element_size()
+    assert max(peaks[1:]) < 1.5 * table_bytes  # one temporary (the first step also makes state)

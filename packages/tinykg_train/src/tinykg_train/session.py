@@ -225,12 +225,17 @@ def open_session(
 def dense_optimizer(model, parameters, config) -> torch.optim.Optimizer:
     """The run's optimizer over `parameters` of `model` (possibly none: every parameter of the
     model may be a row-wise table): Adam, or with `adam_state` bfloat16 or rowwise Adam whose
-    embedding tables keep compact state (`tinykg_train.compact_adam`)."""
+    embedding tables keep compact state (`tinykg_train.compact_adam`).
+
+    Adam runs its multi-tensor (`foreach`) step on every device: torch picks it only on GPUs, and
+    its one-tensor step on the CPU makes two table-sized temporaries for the denominator where
+    this one makes one (305 MiB less at the step's peak on the 10M graph's node table), with the
+    same bits (tested)."""
     parameters = list(parameters)
     if config.adam_state != "float32":
         groups = table_groups(model, parameters, config.adam_state)
         return CompactAdam(groups, lr=config.lr, seed=config.seed)
-    return torch.optim.Adam([{"params": parameters}], lr=config.lr)
+    return torch.optim.Adam([{"params": parameters}], lr=config.lr, foreach=True)
 
 
 def restore(session: Session, checkpoint: dict[str, Any]) -> None:
