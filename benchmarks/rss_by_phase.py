@@ -40,12 +40,20 @@ class _MallInfo2(ctypes.Structure):
     ]  # fmt: skip
 
 
+@functools.cache
+def _mallinfo2():
+    """glibc's `mallinfo2`, or None (not glibc, or older than 2.33)."""
+    info = getattr(ctypes.CDLL(None), "mallinfo2", None)
+    if info is not None:
+        info.restype = _MallInfo2
+    return info
+
+
 def heap_counters() -> tuple[int, int, int] | None:
     """(heap in use, heap free, mapped outside the heap) in bytes, or None without glibc 2.33+."""
-    info = getattr(ctypes.CDLL(None), "mallinfo2", None)
+    info = _mallinfo2()
     if info is None:
         return None
-    info.restype = _MallInfo2
     counters = info()
     return int(counters.uordblks), int(counters.fordblks), int(counters.hblkhd)
 
