@@ -127,11 +127,7 @@ def instrument(recorder: Recorder) -> Iterator[None]:
 
     from tinykg_train import epoch, evaluate, trainer
 
-    phase = {"name": "cf"}
-
-    def phase_name(session, epoch_, name, batches, loss_fn, measure):
-        phase["name"] = name
-        return f"{name} optimizer"
+    phase = {"name": "cf"}  # the phase running now, for its backward's label
 
     def ranking(evaluator, model, split, *args, **kwargs):
         return f"ranking {split}"
@@ -142,26 +138,26 @@ def instrument(recorder: Recorder) -> Iterator[None]:
     with contextlib.ExitStack() as restore:
         _wrap(restore, trainer, "open_session", recorder, "open session")
         _wrap(restore, epoch, "epoch_start_measured", recorder, "epoch start")
-        _wrap(restore, epoch, "run_phase", recorder, phase_name)
-        _wrap(
-            restore,
-            torch.autograd,
-            "backward",
-            recorder,
-            lambda *a, **k: f"{phase['name']} backward",
-        )
         _wrap(restore, evaluate.RankingEvaluator, "evaluate", recorder, ranking)
         _wrap(restore, evaluate.RankingEvaluator, "_rank_users", recorder, scoring)
-        counted_phase = epoch.run_phase
+        backward = lambda *args, **kwargs: f"{phase['name']} backward"  # noqa: E731
+        _wrap(restore, torch.autograd, "backward", recorder, backward)
+        original_run_phase = epoch.run_phase
 
         def run_phase(session, epoch_, name, batches, loss_fn, measure):
+            """The phase's forwards charged to `<name> forward`, the rest of its steps (Adam's
+            step, batches) to `<name> optimizer`."""
+
             def forward(*args, **kwargs):
                 with recorder.part(f"{name} forward"):
                     return loss_fn(*args, **kwargs)
 
-            return counted_phase(session, epoch_, name, batches, forward, measure)
+            phase["name"] = name
+            with recorder.part(f"{name} optimizer"):
+                return original_run_phase(session, epoch_, name, batches, forward, measure)
 
-        epoch.run_phase = run_phase  # restored with the wrapped one's original by `restore`
+        epoch.run_phase = run_phase
+        restore.callback(setattr, epoch, "run_phase", original_run_phase)
         yield
 
 
@@ -169,8 +165,7 @@ def report(recorder: Recorder) -> str:
     mib = 1 << 20
     lines = ["part                     peak RSS MiB  heap in use  heap free  mapped"]
     for name, peak in sorted(recorder.peaks.items(), key=lambda item: -item[1].rss):
-        heap = peak.heap or (0, 0, 0)
-        counters = "  ".join(f"{value / mib:9,.0f}" for value in heap) if peak.heap else "n/a"
+        counters = "  ".join(f"{value / mib:9,.0f}" for value in peak.heap) if peak.heap else "n/a"
         lines.append(f"{name:<24} {peak.rss / mib:12,.0f}  {counters}")
     return "\n".join(lines)
 

@@ -138,8 +138,8 @@ def releases_between_phases(largest_tensor_bytes: int) -> bool:
     so the kept heap grows under every later peak: whole-graph KGAT INT2 on `bench_scale`'s 10M
     graph held 1.1-1.4 GB free in a 1.7 GB heap; released between phases, in one scratch run each,
     the CF backward's peak RSS fell from 2,969 to 2,712 MiB and the valid ranking's from 3,238 to
-    2,779 (`python -m benchmarks.rss_by_phase`). Its steps take seconds, so the pages faulted back
-    afterwards cost nothing measurable. A small graph's phases reuse their freed pages, which a
+    2,779 (`python -m benchmarks.rss_by_phase`). Its steps take seconds, against which faulting
+    the released pages back in once a phase is small (not measured apart). A small graph's phases reuse their freed pages, which a
     release would make them fault in again every phase; glibc's own count of free heap cannot tell
     the two apart (700-850 MiB "free" on music-kgcn and lfm1m too, mostly pages already handed back).
     The switch is the size of the graph's tensors: from `PHASE_RELEASE_MIN_TABLE`, a `[nodes, dim]`

@@ -229,8 +229,8 @@ def dense_optimizer(model, parameters, config) -> torch.optim.Optimizer:
 
     Adam runs its multi-tensor (`foreach`) step on every device: torch picks it only on GPUs, and
     its one-tensor step on the CPU makes two table-sized temporaries for the denominator where
-    this one makes one (305 MiB less at the step's peak on the 10M graph's node table), with the
-    same bits (tested)."""
+    this one makes one (one table fewer at the step's peak: 305 MiB on the 10M graph's node
+    table), with the same bits (tested)."""
     parameters = list(parameters)
     if config.adam_state != "float32":
         groups = table_groups(model, parameters, config.adam_state)

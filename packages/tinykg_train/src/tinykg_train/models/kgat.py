@@ -107,7 +107,6 @@ class KGAT(EmbeddingRecommender):
         self.graph = CSRGraph(
             edges.edge_index, self.num_nodes, transposed=not self.compression.enabled
         )
-        self.num_edges = edges.num_edges
         self.register_buffer("attention", torch.empty(edges.num_edges), persistent=False)
         self.register_buffer(
             "attention_entries", torch.empty(self.graph.num_entries), persistent=False
@@ -121,6 +120,11 @@ class KGAT(EmbeddingRecommender):
         return torch.stack(self.graph.edge_ends(entry_rows=self.graph.entry_rows()))
 
     # -- attention ---------------------------------------------------------------------------------
+
+    @property
+    def num_edges(self) -> int:
+        """The CKG's edges (each has its CSR entry in `graph.slot`)."""
+        return int(self.graph.slot.shape[0])
 
     def on_epoch_start(self, epoch: int) -> None:
         self.refresh_attention()
