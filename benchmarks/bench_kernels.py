@@ -142,7 +142,7 @@ def cuda_section(rows: int, repeats: int) -> None:
     results = [
         measure(x, bits, backend, repeats) for backend in backends_for(device) for bits in BITS
     ]
-    if dispatch.WITH_TRITON:
+    if dispatch.with_triton():
         results.append(measure(x, 2, "triton", repeats, stochastic=False))
     lines = [
         f"Input `[{rows:,}, 64]` float32 ({x.nbytes / 2**30:.2f} GiB) on "

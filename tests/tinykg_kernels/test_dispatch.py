@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
 import pytest
 import torch
 
@@ -122,3 +126,24 @@ def test_auto_never_sends_a_cpu_tensor_to_triton(monkeypatch, triton_calls):
     dequantize(q)
     assert triton_calls == []
     assert torch.equal(q.codes, quantize(x, seed=0, backend="torch").codes)
+
+
+def test_triton_is_imported_only_when_something_asks_for_it():
+    """Importing the package and running CPU ops leaves Triton unimported (70 MiB resident);
+    `WITH_TRITON` read from the package probes it then."""
+    probe = textwrap.dedent("""
+        import sys, torch
+        import tinykg_kernels
+        from tinykg_kernels import dequantize, dispatch, quantize
+        dequantize(quantize(torch.randn(64, 64), bits=2))
+        report = tinykg_kernels.runtime_report()
+        assert "triton" not in sys.modules and "WITH_TRITON" not in vars(dispatch), "probed early"
+        flag = tinykg_kernels.WITH_TRITON
+        assert flag is dispatch.WITH_TRITON is dispatch.with_triton()
+        assert ("triton" in sys.modules) is flag is report["triton"]
+        print("ok")
+    """)
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=300
+    )
+    assert done.stdout.strip() == "ok", done.stderr[-2000:]

@@ -12,9 +12,10 @@ CUDA (optional extra), native C++ loops built on first use (`cpu-native`) or ind
     backend_usage()                  # {"quantize": {"cpu-native": 3}, ...}: what ran, per op
 """
 
+from tinykg_kernels import dispatch
 from tinykg_kernels.api import QuantizedMeta, QuantizedTensor, dequantize, quantize
 from tinykg_kernels.bitmask import pack_bits, unpack_bits
-from tinykg_kernels.dispatch import BACKEND_ENV, BACKENDS, WITH_TRITON
+from tinykg_kernels.dispatch import BACKEND_ENV, BACKENDS
 from tinykg_kernels.dropout import apply_dropout_noise, dropout_noise_backward
 from tinykg_kernels.leaky_pair import leaky_relu_pair, leaky_relu_pair_backward
 from tinykg_kernels.planes import pack_planes, unpack_planes
@@ -24,6 +25,14 @@ from tinykg_kernels.sparse import csr_matmul, csr_transposed_add_
 from tinykg_kernels.usage import backend_usage, backends_used, runtime_report
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """`tinykg_kernels.WITH_TRITON`: whether Triton imports here, probed on first read (`dispatch`)."""
+    if name == "WITH_TRITON":
+        return dispatch.with_triton()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "BACKENDS",

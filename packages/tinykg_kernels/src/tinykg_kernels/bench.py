@@ -76,7 +76,7 @@ def median_seconds(fn: Callable[[], object], device: torch.device, repeats: int)
             fn()
             times.append(time.perf_counter() - start)
         return statistics.median(times)
-    if dispatch.WITH_TRITON:
+    if dispatch.with_triton():
         from triton.testing import do_bench
 
         return do_bench(fn, warmup=25, rep=max(repeats, 1) * 20, return_mode="median") / 1e3
@@ -118,7 +118,7 @@ def backends_for(device: torch.device) -> list[str]:
     """torch everywhere; Triton too on CUDA when it is importable; on CPU the native loops when
     their library loads and inductor's unless compiling failed in this process."""
     if device.type == "cuda":
-        return ["torch", "triton"] if dispatch.WITH_TRITON else ["torch"]
+        return ["torch", "triton"] if dispatch.with_triton() else ["torch"]
     cpu = ["cpu-native"] if native.available() else []
     return ["torch", *cpu, *([] if dispatch.cpu_ops().failure() else ["cpu-inductor"])]
 

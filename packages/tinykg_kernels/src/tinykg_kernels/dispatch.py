@@ -6,8 +6,9 @@
   (`cpu_ops.py`), CPU tensors. Same bits as `cpu-native`, slower.
 - `triton`: Triton kernels (`triton_ops.py`), CUDA tensors.
 
-Triton is probed once at import (the PyG way: a `WITH_TRITON` flag that call sites read when they
-run, so a test can switch it off). The choice follows `backend=` if given, else the
+Triton is probed once, when a CUDA tensor first asks for a backend (importing it adds about 70 MiB
+to the resident set, which a CPU-only run never uses): the result is the module's `WITH_TRITON`
+flag (the PyG way: call sites read it when they run, so a test can switch it off). The choice follows `backend=` if given, else the
 `TINYKG_KERNELS_BACKEND` environment variable (read per call, or once for an
 `environment.read_once` block such as a training step's), else `auto`:
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import sys
 from types import ModuleType
 
@@ -37,12 +39,35 @@ import torch
 
 from tinykg_kernels import environment, native
 
-try:  # an optional extra: `pip install tinykg-kernels[triton]`
-    import triton  # noqa: F401
 
-    WITH_TRITON = True
-except Exception:  # ImportError, or a broken install that fails while importing
-    WITH_TRITON = False
+def with_triton() -> bool:
+    """Whether Triton imports in this process (an optional extra: `pip install
+    tinykg-kernels[triton]`): probed on the first call, then read from `WITH_TRITON`."""
+    probed = globals().get("WITH_TRITON")
+    if probed is None:
+        try:
+            import triton  # noqa: F401
+
+            probed = True
+        except Exception:  # ImportError, or a broken install that fails while importing
+            probed = False
+        globals()["WITH_TRITON"] = probed
+    return probed
+
+
+def triton_installed() -> bool:
+    """`with_triton()` once probed; before that, whether a `triton` package is installed (looked up
+    without importing it, for reports written by CPU-only runs)."""
+    probed = globals().get("WITH_TRITON")
+    return probed if probed is not None else importlib.util.find_spec("triton") is not None
+
+
+def __getattr__(name: str):
+    """`dispatch.WITH_TRITON` read before the first probe runs the probe."""
+    if name == "WITH_TRITON":
+        return with_triton()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 BACKEND_ENV = "TINYKG_KERNELS_BACKEND"
 BACKENDS = ("auto", "torch", "cpu-native", "cpu-inductor", "triton")
@@ -111,7 +136,7 @@ def select_backend(device: torch.device, backend: str | None = None, numel: int 
     if choice == "auto":
         kind = device.type  # a new string per read
         if kind == "cuda":
-            return "triton" if WITH_TRITON else "torch"
+            return "triton" if with_triton() else "torch"
         if kind == "cpu" and numel >= CPU_LOOPS_MIN_NUMEL:
             if native.available():
                 return "cpu-native"
@@ -120,7 +145,7 @@ def select_backend(device: torch.device, backend: str | None = None, numel: int 
         return "torch"
     if choice in CPU_BACKENDS:
         return _check_cpu_backend(choice, device)
-    if not WITH_TRITON:
+    if not with_triton():
         raise RuntimeError(
             "backend 'triton' was requested but triton is not importable; "
             "install it with `pip install 'tinykg-kernels[triton]'` or use backend 'torch'"

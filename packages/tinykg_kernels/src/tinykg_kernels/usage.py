@@ -61,6 +61,6 @@ def runtime_report(since: Mapping[str, Mapping[str, int]] | None = None) -> dict
         "backend_requested": requested,
         "native_library": native.status(),
         "inductor": "ok" if inductor_failure is None else f"failed: {inductor_failure}",
-        "triton": dispatch.WITH_TRITON,
+        "triton": dispatch.triton_installed(),
         "backends": backend_usage(since),
     }
