@@ -185,7 +185,24 @@ def test_the_models_tables_are_the_compact_group(tiny_dataset_dir, tmp_path):
         TrainConfig.for_model("kgat", data=str(tiny_dataset_dir), device="cpu", embed_dim=8),
         torch.device("cpu"),
     )
-    assert type(plain.optimizer) is torch.optim.Adam
+    assert type(plain.optimizer) is CompactAdam  # Adam's bits at float32 (tests above)
+    assert [g["state"] for g in plain.optimizer.param_groups] == ["float32"]
+
+
+def test_a_checkpointed_torch_adam_continues_with_torch_adams_bits():
+    """A run checkpointed when the float32 optimizer was `torch.optim.Adam` resumes into
+    CompactAdam where torch's Adam would have gone on."""
+    weight = torch.nn.Parameter(torch.randn(30, 8))
+    twin = torch.nn.Parameter(weight.detach().clone())
+    grads = gradients((30, 8), 12)
+    reference = torch.optim.Adam([weight], lr=0.01)
+    train(reference, weight, grads[:6])
+    twin.data.copy_(weight.detach())
+    resumed = CompactAdam([twin], lr=0.01)
+    resumed.load_state_dict(copy.deepcopy(reference.state_dict()))
+    train(reference, weight, grads[6:])
+    train(resumed, twin, grads[6:])
+    assert torch.equal(weight, twin)
 
 
 @pytest.mark.parametrize("flag", ["sparse_adam", "offload_embeddings"])

@@ -14,7 +14,11 @@ stall on updates smaller than half a bfloat16 step, as round-to-nearest would le
 0.999 adds 0.1% a step) and stored as its int16 bits, so that `Optimizer.load_state_dict` (which
 casts every state tensor of a float parameter to its dtype) can be undone exactly. The update runs
 a block of rows at a time, so its float32 temporaries stay small beside the table. Other
-parameters get Adam's own arithmetic (torch's single-tensor path, bit for bit).
+parameters ("float32" groups) get Adam's own arithmetic, bit for bit, with one parameter-sized
+temporary for the denominator (torch's one-tensor step makes two on the CPU).
+
+It is the run's optimizer at every `--adam-state` (`session.dense_optimizer`), also the default
+float32 one: torch's own Adam loads torch's compiler on its first step (`eager_optimizer`).
 
 The rounding noise comes from a generator seeded by (seed, step, parameter index), so a resumed run
 draws what the uninterrupted one would, and data-parallel replicas draw alike.
@@ -28,6 +32,7 @@ from collections.abc import Iterable
 import torch
 
 from tinykg_train.config import ADAM_STATES as STATES  # Adam's float32, or a compact form above
+from tinykg_train.eager_optimizer import EagerOptimizer
 
 #: rows updated at once: a block's float32 temporaries are `BLOCK_ELEMENTS * 4` bytes each
 BLOCK_ELEMENTS = 1 << 20
@@ -61,7 +66,7 @@ def bfloat16_bits_to_float(bits: torch.Tensor) -> torch.Tensor:
     return bits.view(torch.bfloat16).float()
 
 
-class CompactAdam(torch.optim.Optimizer):
+class CompactAdam(EagerOptimizer):
     """Adam; parameter groups with `state` "bfloat16" or "rowwise" hold `[rows, dim]` tables kept
     as the module docstring says ("float32", the default, is Adam's). `seed` seeds the rounding."""
 
@@ -138,8 +143,12 @@ class CompactAdam(torch.optim.Optimizer):
 
     def load_state_dict(self, state_dict: dict) -> None:
         """torch's, then the bfloat16 moments' bits back to int16 (torch casts every state tensor
-        of a float parameter to its dtype; int16 values survive float32 exactly)."""
+        of a float parameter to its dtype; int16 values survive float32 exactly). A group saved
+        by `torch.optim.Adam` (checkpoints written before this was the float32 optimizer too)
+        continues as a float32 group."""
         super().load_state_dict(state_dict)
+        for group in self.param_groups:
+            group.setdefault("state", "float32")
         for state in self.state.values():
             for key in _BITS_KEYS:
                 if key in state:
@@ -159,12 +168,13 @@ def _init_state(state: dict, p: torch.Tensor, kind: str) -> None:
 
 
 def _adam_update(p, state, group, step: int) -> None:
-    """torch.optim.Adam's single-tensor update (no weight decay, no amsgrad)."""
+    """torch.optim.Adam's update (no weight decay, no amsgrad), its bits; the denominator is
+    divided in place, one temporary where torch's one-tensor step makes two."""
     beta1, beta2 = group["betas"]
     grad, exp_avg, exp_avg_sq = p.grad, state["exp_avg"], state["exp_avg_sq"]
     exp_avg.lerp_(grad, 1 - beta1)
     exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-    denom = (exp_avg_sq.sqrt() / math.sqrt(1 - beta2**step)).add_(group["eps"])
+    denom = exp_avg_sq.sqrt().div_(math.sqrt(1 - beta2**step)).add_(group["eps"])
     p.addcdiv_(exp_avg, denom, value=-group["lr"] / (1 - beta1**step))
 
 
