@@ -224,7 +224,34 @@ def test_a_whole_graph_session_drops_the_per_edge_attention_a_sampled_one_keeps(
             m.node_embedding.mul_(1.5)
     model.refresh_attention()
     kept.refresh_attention()
-    assert model.attention is None
+    assert model.attention is None and model.edges_by_relation is None
+    assert model.graph.slot is None and kept.graph.slot is not None  # the edge -> entry map too
     assert torch.equal(model.attention_entries, kept.attention_entries)
+    # the KG phase's user-item draws read the entries in relation order: the same pairs
+    for m in (model, kept):
+        torch.manual_seed(5)
+        m.drawn = m.sample_interactions(64)
+    assert all(torch.equal(a, b) for a, b in zip(model.drawn, kept.drawn, strict=True))
+    users, items, _ = model.drawn
+    pairs = set(zip(kept.edge_index[1].tolist(), kept.edge_index[0].tolist(), strict=True))
+    assert all((u, i) in pairs for u, i in zip(users.tolist(), items.tolist(), strict=True))
     with pytest.raises(RuntimeError, match="dropped for whole-graph training"):
         model.sampled_attention(None)
+    with pytest.raises(RuntimeError, match=r"edge -> entry map was dropped \(forget_edges\)"):
+        _ = model.edge_index
+
+
+@pytest.mark.parametrize("name", ["kgin", "lightgcn"])
+def test_whole_graph_sessions_of_other_models_drop_their_graphs_edge_maps(
+    name, tiny_dataset_dir, tmp_path
+):
+    """KGIN's and LightGCN's edge -> entry maps served their matrix entries at build time only."""
+    from tinykg_train.config import TrainConfig
+    from tinykg_train.session import open_session
+
+    config = TrainConfig.for_model(name, data=str(tiny_dataset_dir), out=str(tmp_path), embed_dim=8)
+    model = open_session(config, torch.device("cpu")).model
+    graph = model.ui_graph if name == "kgin" else model.graph
+    assert graph.slot is None
+    with pytest.raises(RuntimeError, match="forget_edges"):
+        graph.values(torch.ones(3))

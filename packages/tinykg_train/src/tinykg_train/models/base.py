@@ -100,7 +100,8 @@ class Recommender(CompressedModule):
 
     def on_whole_graph_training(self) -> None:
         """Called once by a session whose CF steps propagate over the whole graph (no sampler, no
-        partitions): a model may drop what only sampled steps read (KGAT: its per-edge attention)."""
+        partitions): a model may drop what only sampled steps read (KGAT: its per-edge attention and
+        edge order; KGAT, KGIN, LightGCN: their graphs' edge -> entry maps, `CSRGraph.forget_edges`)."""
 
     def loss(self, users: torch.Tensor, pos_items: torch.Tensor, neg_items: torch.Tensor):
         """BPR loss of one batch plus `l2` times the L2 penalty on the embeddings it touches."""

@@ -95,10 +95,8 @@ class KGAT(EmbeddingRecommender):
         # Graph tensors are derived from the dataset: rebuilt, never checkpointed. Edge positions
         # are int32 when they fit (at 17.5M edges each int64 copy would hold 70 MB more); the
         # per-edge relation ids are needed only for this order, so they are not kept, nor the edge
-        # list: each edge's ends are read from the CSR (`edge_index`, `CSRGraph.edge_ends`).
+        # list: each edge's ends are read from the CSR.
         order, counts = sort_by_relation(edges.relation, self.num_relations)
-        order = compact(order)
-        self.register_buffer("edges_by_relation", order, persistent=False)
         self.relation_edge_counts = counts
         # where the user -> item edges sit in that order (a slice of it, not a copy: 48 MiB at 10M)
         self.interaction_span = (sum(counts[:INTERACT]), counts[INTERACT])
@@ -107,6 +105,14 @@ class KGAT(EmbeddingRecommender):
         self.graph = CSRGraph(
             edges.edge_index, self.num_nodes, transposed=not self.compression.enabled
         )
+        # each edge's matrix entry, the edges in relation order: all the refresh and the KG
+        # phase's interaction draws read. The edge order itself (`edges_by_relation`) and the
+        # graph's edge -> entry map serve the per-edge attention of sampled steps only.
+        order = compact(order)
+        self.register_buffer(
+            "entries_by_relation", self.graph.slot.index_select(0, order), persistent=False
+        )
+        self.register_buffer("edges_by_relation", order, persistent=False)
         self.register_buffer("attention", torch.empty(edges.num_edges), persistent=False)
         self.register_buffer(
             "attention_entries", torch.empty(self.graph.num_entries), persistent=False
@@ -123,17 +129,19 @@ class KGAT(EmbeddingRecommender):
 
     @property
     def num_edges(self) -> int:
-        """The CKG's edges (each has its CSR entry in `graph.slot`)."""
-        return int(self.graph.slot.shape[0])
+        """The CKG's edges (each has its CSR entry in `entries_by_relation`)."""
+        return int(self.entries_by_relation.shape[0])
 
     def on_epoch_start(self, epoch: int) -> None:
         self.refresh_attention()
 
     def on_whole_graph_training(self) -> None:
-        """Whole-graph steps read the attention's matrix entries only: the per-edge copy (which a
-        sampled step's edges are read from; 67 MiB at 17.5M edges) goes, and each refresh scores
-        into a temporary instead."""
+        """Whole-graph steps read the attention's matrix entries only. What only sampled steps
+        read goes: the per-edge attention, the edge order and the graph's edge -> entry map
+        (three `[edges]` tensors, 200 MiB at 17.5M edges); each refresh scores into a temporary."""
         self.attention = None
+        self.edges_by_relation = None
+        self.graph.forget_edges()
 
     @torch.no_grad()
     def prepare_scoring(self) -> None:
@@ -145,25 +153,27 @@ class KGAT(EmbeddingRecommender):
     def refresh_attention(self) -> None:
         """pi(h, r, t) for every edge from the current weights, softmax-normalised per head `h`.
 
-        The scores are written into `attention` (a temporary once `on_whole_graph_training` dropped
-        it) and normalised there (`softmax_in_place`): beside them and the matrix entries only the
-        edges' heads and one projection are made whole."""
+        The edges are scored in relation order (`entries_by_relation`), into a temporary, and
+        normalised there (`softmax_in_place`): beside the scores and the matrix entries only the
+        edges' heads and one projection are made whole. The per-edge `attention` (kept for sampled
+        steps) receives them in edge order; whole-graph and sampled sessions compute the same
+        bits."""
         embedding = self.node_embedding.detach()
-        scores = self.attention
-        if scores is None:
-            scores = self.attention_entries.new_empty(self.num_edges)
-        entry_rows = self.graph.entry_rows()  # each edge's head, through the CSR (`edge_ends`)
+        scores = self.attention_entries.new_empty(self.num_edges)
+        entry_rows = self.graph.entry_rows()  # each entry's row: an edge's head
+        col = self.graph.col  # an edge's tail
         start = 0
         for relation, count in enumerate(self.relation_edge_counts):
-            edge_ids = self.edges_by_relation[start : start + count]
-            start += count
             if count == 0:
                 continue
             transfer, relation_vector = self.transfer[relation], self.relation_embedding[relation]
             # Project every node once when the relation touches many of them, else only its ends.
             projected = embedding @ transfer if 2 * count > self.num_nodes else None
-            for chunk in edge_ids.split(max(1, ATTENTION_CHUNK_FLOATS // embedding.shape[1])):
-                tails, heads = self.graph.edge_ends(chunk, entry_rows)
+            chunk = max(1, ATTENTION_CHUNK_FLOATS // embedding.shape[1])
+            for first in range(start, start + count, chunk):
+                stop = min(first + chunk, start + count)
+                entries = self.entries_by_relation[first:stop]
+                tails, heads = col[entries], entry_rows[entries]
                 if projected is not None:
                     head_vectors, tail_vectors = projected[heads], projected[tails]
                 else:
@@ -173,13 +183,16 @@ class KGAT(EmbeddingRecommender):
                     )
                 # in place: the chunk's two projections are its only [chunk, dim] tensors
                 head_vectors.add_(relation_vector).tanh_()
-                scores[chunk] = tail_vectors.mul_(head_vectors).sum(-1)
+                scores[first:stop] = tail_vectors.mul_(head_vectors).sum(-1)
+            start += count
             del projected
-        heads = entry_rows.index_select(0, self.graph.slot)
+        heads = entry_rows.index_select(0, self.entries_by_relation)
         del entry_rows
         softmax_in_place(scores, heads, self.num_nodes)
         del heads
-        self.attention_entries.zero_().index_add_(0, self.graph.slot, scores)
+        self.attention_entries.zero_().index_add_(0, self.entries_by_relation, scores)
+        if self.attention is not None:
+            self.attention[self.edges_by_relation] = scores
 
     # -- CF phase ----------------------------------------------------------------------------------
 
@@ -323,10 +336,10 @@ class KGAT(EmbeddingRecommender):
     def sample_interactions(self, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """`n` random train (user node, item) pairs and a uniformly drawn negative item each."""
         start, count = self.interaction_span
-        interaction_edges = self.edges_by_relation[start : start + count]
-        device = interaction_edges.device
-        picked = interaction_edges[torch.randint(count, (n,), device=device)]
-        items, users = self.graph.edge_ends(picked)
+        interaction_entries = self.entries_by_relation[start : start + count]
+        device = interaction_entries.device
+        picked = interaction_entries[torch.randint(count, (n,), device=device)]
+        items, users = self.graph.entry_ends(picked)
         return users, items, torch.randint(self.n_items, (n,), device=device)
 
     def project(

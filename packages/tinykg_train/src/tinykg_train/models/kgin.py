@@ -171,6 +171,11 @@ class KGIN(EmbeddingRecommender):
             "ui_weight", self.ui_graph.values(interactions.weight), persistent=False
         )
 
+    def on_whole_graph_training(self) -> None:
+        """The user-item graph's edge -> entry map served `ui_weight` only (one index word per
+        interaction)."""
+        self.ui_graph.forget_edges()
+
     # -- propagation -------------------------------------------------------------------------------
 
     def kg_edges(self) -> tuple[torch.Tensor, torch.Tensor]:

@@ -96,16 +96,36 @@ class CSRGraph(nn.Module):
         made from; all of them when None), read from the CSR through `slot`: a model need not keep
         the edge list beside it (two index words per edge). `entry_rows`: `entry_rows()`, for
         many calls (else each looks its edges' rows up in the row pointers)."""
-        entries = self.slot if edges is None else self.slot[edges]
+        slot = self._edge_slot()
+        return self.entry_ends(slot if edges is None else slot[edges], entry_rows)
+
+    def entry_ends(
+        self, entries: torch.Tensor, entry_rows: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(sources, targets)` of matrix entries: their columns and rows (`entry_rows` as in
+        `edge_ends`)."""
         if entry_rows is not None:
             return self.col[entries], entry_rows[entries]
         targets = torch.searchsorted(self.crow.long(), entries.long(), right=True) - 1
         return self.col[entries], targets.to(self.col.dtype)
 
+    def forget_edges(self) -> None:
+        """Drop the edge -> entry map (`slot`, one index word per edge) for a graph that is only
+        multiplied from now on: `edge_ends` and `values` then raise."""
+        self.slot = None
+
+    def _edge_slot(self) -> torch.Tensor:
+        if self.slot is None:
+            raise RuntimeError(
+                "this graph's edge -> entry map was dropped (forget_edges): per-edge reads need "
+                "the graph built anew"
+            )
+        return self.slot
+
     def values(self, edge_weight: torch.Tensor) -> torch.Tensor:
         """Matrix entries from per-edge weights (duplicate pairs summed); no gradient."""
         edge_weight = edge_weight.detach()
-        return edge_weight.new_zeros(self.num_entries).index_add_(0, self.slot, edge_weight)
+        return edge_weight.new_zeros(self.num_entries).index_add_(0, self._edge_slot(), edge_weight)
 
     def matrix(self, values: torch.Tensor) -> torch.Tensor:
         return _csr(self.crow, self.col, values, (self.num_nodes, self.num_sources))
