@@ -103,14 +103,44 @@ def test_a_big_graph_s_run_releases_between_its_phases_and_rankings(
 
     if big:  # the tiny graph's tables count as big
         monkeypatch.setattr(allocator, "PHASE_RELEASE_MIN_TABLE", 1)
-    calls = []
+    calls, tunings = [], []
     for module in (epoch, evaluate):
         monkeypatch.setattr(module, "release_freed_memory", lambda m=module: calls.append(m))
+    monkeypatch.setattr(session, "tune_cpu_allocator", lambda **kw: tunings.append(kw))
     config = TrainConfig(data=str(tiny_dataset_dir), model="kgat", epochs=1, device="cpu",
                          out=str(tmp_path / "run"), max_batches_per_epoch=1)  # fmt: skip
     train(config, tracker=None)
     # epoch start, CF phase, KG phase; the valid and the test ranking
     assert calls == ([epoch, epoch, epoch, evaluate, evaluate] if big else [])
+    # and the big graph's blocks of 2 MiB and more are mapped apart
+    assert tunings == ([{}, {"large_graph": True}] if big else [{}])
+
+
+# In a fresh process: tune (for a large graph or not), then 256 MiB in 4 MiB blocks, touched and
+# freed; the resident MiB before and after.
+_LARGE_GRAPH_SCRIPT = """
+import sys, torch
+from tinykg_train.allocator import tune_cpu_allocator
+def rss():
+    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS")) >> 10
+assert tune_cpu_allocator(large_graph=sys.argv[1] == "large")
+before = rss()
+blocks = [torch.ones(1 << 20) for _ in range(64)]
+del blocks
+print(rss() - before)
+"""
+
+
+@pytest.mark.skipif(not GLIBC, reason="mallopt is glibc's")
+@pytest.mark.parametrize("graph", ["small", "large"])
+def test_a_large_graph_s_big_blocks_go_back_to_the_os_when_freed(graph):
+    env = {**os.environ, allocator.ENV_VAR: "tuned", allocator.HUGE_PAGES_ENV: "0"}
+    done = subprocess.run(
+        [sys.executable, "-c", _LARGE_GRAPH_SCRIPT, graph], env=env, capture_output=True,
+        text=True, check=True,
+    )  # fmt: skip
+    kept = int(done.stdout.strip())
+    assert kept < 32 if graph == "large" else kept > 200  # of the 256 MiB freed
 
 
 def test_a_cpu_session_releases_what_building_it_freed(
@@ -147,7 +177,7 @@ def test_a_bad_setting_is_one_line_that_says_what_to_set(monkeypatch):
 
 def test_a_cpu_session_tunes_the_allocator(tiny_dataset_dir: Path, tmp_path: Path, monkeypatch):
     calls = []
-    monkeypatch.setattr(session, "tune_cpu_allocator", lambda: calls.append("tuned"))
+    monkeypatch.setattr(session, "tune_cpu_allocator", lambda **kw: calls.append("tuned"))
     config = TrainConfig(data=str(tiny_dataset_dir), model="bprmf", out=str(tmp_path / "run"))
     session.open_session(config, torch.device("cpu"))
     assert calls == ["tuned"]

@@ -163,6 +163,8 @@ def open_session(
     model = model_builder(config.model, dataset, config).to(device)
     largest = max((p.numel() * p.element_size() for p in model.parameters()), default=0)
     release_heap = releases_between_phases(largest)  # before the tables may leave the model
+    if release_heap and device.type == "cpu":
+        tune_cpu_allocator(large_graph=True)  # its big blocks mapped apart (see allocator)
     cf_batches = BPRBatches(dataset, config.batch_size, config.seed)
     partitioned = partitioned_batches(config, dataset, model)  # --partitions N: its own sources
     if partitioned is not None:
