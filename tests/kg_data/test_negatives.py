@@ -220,3 +220,21 @@ def test_int32_keys_answer_queries_beyond_int32_without_wrapping():
     assert not sampler.is_excluded(far, np.array([301]))[0]
     assert sampler.excluded_count(far)[0] == 0
     assert sampler.value_at_rank(far, np.array([301]))[0] == 301
+
+
+def test_the_fallback_keeps_only_exhausted_pairs_and_draws_what_the_whole_kg_s_would():
+    """Pairs whose relation range is exhausted draw from all entities; the fallback sampler keeps
+    only their true tails, and answers for them what one built from every triple answers."""
+    rng = np.random.default_rng(0)
+    heads, relations = rng.integers(0, 40, 600), rng.integers(0, 3, 600)
+    tails = np.where(relations == 2, rng.integers(0, 3, 600), rng.integers(0, 60, 600))
+    triples = np.unique(np.stack([heads, relations, tails], axis=1), axis=0)
+    sampler = KGNegativeSampler(triples, n_entities=60, seed=0)
+    pair = triples[:, 0] * 3 + triples[:, 1]
+    whole = ExcludingSampler(pair, triples[:, 2], 60)
+    kept_pairs = np.unique(sampler._anywhere._group_ids)
+    assert 0 < len(kept_pairs) < len(np.unique(pair))  # relation 2's range (3 tails) runs out
+    groups = np.repeat(kept_pairs, 50)
+    a = sampler._anywhere.draw(groups, 60, np.random.default_rng(7))
+    b = whole.draw(groups, 60, np.random.default_rng(7))
+    assert np.array_equal(a, b)

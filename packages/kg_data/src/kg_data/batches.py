@@ -59,7 +59,7 @@ class _Batches:
         return full + (1 if rest and not self.drop_last else 0)
 
     def _chunks(self, rng: np.random.Generator) -> Iterator[np.ndarray]:
-        order = rng.permutation(self.size)
+        order = narrow_index(rng.permutation(self.size))  # held for the epoch: int32, not int64
         for start in range(0, len(self) * self.batch_size, self.batch_size):
             yield order[start : start + self.batch_size]
 

@@ -225,7 +225,11 @@ class KGNegativeSampler:
         )
         pair = heads * max(self.n_relations, 1) + relations
         self._in_range = ExcludingSampler(pair, rank_in_range, width)
-        self._anywhere = ExcludingSampler(pair, tails, width)
+        # the fallback draws only for pairs whose range is exhausted: it keeps those pairs' true
+        # tails alone (the same answers for them; at 3.8M triples the whole KG's would hold 46 MiB)
+        range_size = np.diff(self._range_ptr.astype(np.int64))[relations]
+        exhausted = self._in_range.excluded_count(pair) >= range_size
+        self._anywhere = ExcludingSampler(pair[exhausted], tails[exhausted], width)
 
     @classmethod
     def from_dataset(cls, dataset: str | os.PathLike, seed: int = 0) -> KGNegativeSampler:
