@@ -18,6 +18,7 @@ as before.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -40,6 +41,15 @@ DEFAULT_BLOCK_BYTES = 64 << 20
 BLOCK_BYTES_PER_SCORE = 4 + 1
 #: The fewest users a block is cut to (a matrix product of very few rows may round differently).
 MIN_BLOCK_USERS = 128
+
+
+def _takes_users(prepare_scoring) -> bool:
+    """Whether a model's `prepare_scoring` takes the `users` it will be asked to score (the
+    protocol's optional argument; a model written before it takes none)."""
+    try:
+        return "users" in inspect.signature(prepare_scoring).parameters
+    except (TypeError, ValueError):  # a builtin or a callable without a signature
+        return False
 
 
 def block_sizes(n_users: int, n_items: int, block_bytes: int) -> list[int]:
@@ -160,7 +170,10 @@ class RankingEvaluator:
         was_training = model.training
         model.eval()
         with stage("propagation"):
-            model.prepare_scoring()
+            if _takes_users(model.prepare_scoring):  # only the ranked users' vectors
+                model.prepare_scoring(users=torch.from_numpy(users).to(self.device))
+            else:
+                model.prepare_scoring()
         with stage("scoring"):
             metrics = self._rank_users(model, users, split, masked, progress)
         model.train(was_training)

@@ -132,8 +132,11 @@ class Recommender(CompressedModule):
         """The default `rows`: the model's own parameters (see `models.rows`)."""
         return ParameterRows(self)
 
-    def prepare_scoring(self) -> None:
-        """Compute once what `score_users` needs (the trainer calls it in eval mode, no grad)."""
+    def prepare_scoring(self, users: torch.Tensor | None = None) -> None:
+        """Compute once what `score_users` needs (the trainer calls it in eval mode, no grad).
+        `users`: the only users the coming `score_users` calls ask for (None: any of them); a
+        model may compute theirs alone (the evaluator passes the users it ranks to a model whose
+        `prepare_scoring` takes them)."""
 
     def score_users(self, users: torch.Tensor) -> torch.Tensor:
         """Scores `[len(users), n_items]` of the given users against every item."""
@@ -169,6 +172,7 @@ class EmbeddingRecommender(Recommender):
     def __init__(self, dataset, config) -> None:
         super().__init__(dataset, config)
         self._scoring: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._scoring_users: torch.Tensor | None = None  # sorted ids of the cached user rows
 
     def propagate(self) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
@@ -234,16 +238,49 @@ class EmbeddingRecommender(Recommender):
         return loss if extra is None else loss + extra
 
     @torch.no_grad()
-    def prepare_scoring(self) -> None:
+    def prepare_scoring(self, users: torch.Tensor | None = None) -> None:
+        """`propagate()`'s vectors, kept for `score_users`; with `users`, only their rows (a
+        ranking of 20,000 sampled users of 250,000 keeps 13 of 168 MiB of KGAT's user vectors)."""
         with self.evaluating():
-            self._scoring = self.propagate()
+            if users is None:
+                self._scoring, self._scoring_users = self.propagate(), None
+                return
+            kept = torch.unique(users.long())
+            self._scoring = self.propagate_users(kept)
+            self._scoring_users = kept.to(self._scoring[0].device)
+
+    def propagate_users(self, users: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`propagate()`'s rows of `users` (sorted ids) and every item's vectors; a model may make
+        only those user rows (KGAT does)."""
+        user_vectors, item_vectors = self.propagate()
+        return user_vectors.index_select(0, users.to(user_vectors.device)), item_vectors
 
     def clear_scoring_cache(self) -> None:
-        self._scoring = None
+        self._scoring, self._scoring_users = None, None
 
     @torch.no_grad()
     def score_users(self, users: torch.Tensor) -> torch.Tensor:
         if self._scoring is None:
             self.prepare_scoring()
         user_vectors, item_vectors = self._scoring
-        return user_vectors.index_select(0, users.to(user_vectors.device)) @ item_vectors.T
+        users = users.to(user_vectors.device)
+        if self._scoring_users is not None:
+            users = _rows_of(self._scoring_users, users.long())
+        return user_vectors.index_select(0, users) @ item_vectors.T
+
+
+def _rows_of(kept: torch.Tensor, users: torch.Tensor) -> torch.Tensor:
+    """Positions of `users` in the sorted `kept` ids; a user outside them is an error."""
+    rows = torch.searchsorted(kept, users).clamp_(max=max(len(kept) - 1, 0))
+    missing = (
+        kept.index_select(0, rows) != users
+        if len(kept)
+        else torch.ones_like(users, dtype=torch.bool)
+    )
+    if bool(missing.any()):
+        user = int(users[missing.nonzero()[0, 0]])
+        raise TinyKGError(
+            f"score_users: user {user} is not among the users prepare_scoring(users=...) was given; "
+            "call prepare_scoring() again with them (or with none, for every user)"
+        )
+    return rows

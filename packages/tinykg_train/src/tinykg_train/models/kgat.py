@@ -144,10 +144,10 @@ class KGAT(EmbeddingRecommender):
         self.graph.forget_edges()
 
     @torch.no_grad()
-    def prepare_scoring(self) -> None:
+    def prepare_scoring(self, users: torch.Tensor | None = None) -> None:
         """Refresh the attention from the trained weights, then propagate (the original's order)."""
         self.refresh_attention()
-        super().prepare_scoring()
+        super().prepare_scoring(users)
 
     @torch.no_grad()
     def refresh_attention(self) -> None:
@@ -198,19 +198,27 @@ class KGAT(EmbeddingRecommender):
 
     def propagate(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Concatenated layer outputs `[e_0, norm(e_1), ...]` of users and items (scoring; a CF
-        step gathers its batch's rows instead: `batch_vectors`).
+        step gathers its batch's rows instead: `batch_vectors`)."""
+        return self.propagate_users(None)
 
-        Only the user and item rows of each layer's output are normalized and kept (normalization
-        is row-wise: the same values), never the whole output's normalized copy nor an all-node
-        concatenation."""
+    def propagate_users(self, users: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """`propagate()` with only the rows of `users` (all users when None).
+
+        Only those user rows and the item rows of each layer's output are normalized and kept
+        (normalization is row-wise: the same values), never the whole output's normalized copy
+        nor an all-node concatenation."""
         x = self.node_embedding
-        users, items = [x[self.n_entities :]], [x[: self.n_items]]
+        if users is None:
+            user_nodes = slice(self.n_entities, None)
+        else:
+            user_nodes = users.to(x.device) + self.n_entities
+        users_out, items = [x[user_nodes]], [x[: self.n_items]]
         for layer in self.layers:
             x, _ = layer(x, self.graph, self.attention_entries, normalize=False)
-            users.append(ops.l2_normalize(x[self.n_entities :], dim=-1, config=self.compression))
+            users_out.append(ops.l2_normalize(x[user_nodes], dim=-1, config=self.compression))
             items.append(ops.l2_normalize(x[: self.n_items], dim=-1, config=self.compression))
         del x
-        return torch.cat(users, dim=1), torch.cat(items, dim=1)
+        return torch.cat(users_out, dim=1), torch.cat(items, dim=1)
 
     def batch_vectors(self, users, pos_items, neg_items):
         """`propagate()`'s rows of the batch, gathered from each layer's output right after the
