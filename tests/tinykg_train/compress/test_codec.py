@@ -202,14 +202,3 @@ def test_rows_are_refused_where_the_codes_are_not_laid_out_by_rows():
     )
     assert isinstance(projected, Compressed) and projected.projection is not None
     assert not projected.by_rows and projected.rows(0, 4) is None
-
-
-@pytest.mark.parametrize("width", [16, 64, 128])  # 4 rows to a group, one, 2 groups to a row
-@pytest.mark.parametrize("bits", [1, 2, 4, 8])
-def test_take_rows_decodes_just_those_rows_with_the_whole_decode_s_bits(width, bits):
-    x = torch.randn(300, width, generator=torch.Generator().manual_seed(bits))
-    x[7] = 0  # a zero row: kept exact by `live_rows` where a group spans rows
-    stored = compress(x, CompressionConfig(bits=bits))
-    rows = torch.tensor([7, 3, 299, 3, 0, 150])
-    assert torch.equal(stored.take_rows(rows), stored.decode()[rows])
-    assert stored.take_rows(torch.zeros(0, dtype=torch.int64)).shape == (0, width)
