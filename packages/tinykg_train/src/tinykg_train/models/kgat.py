@@ -138,7 +138,8 @@ class KGAT(EmbeddingRecommender):
     def on_whole_graph_training(self) -> None:
         """Whole-graph steps read the attention's matrix entries only. What only sampled steps
         read goes: the per-edge attention, the edge order and the graph's edge -> entry map
-        (three `[edges]` tensors, 200 MiB at 17.5M edges); each refresh scores into a temporary."""
+        (three `[edges]` tensors, 200 MiB at 17.5M edges, where `entries_by_relation`, kept in
+        every session, added 67); each refresh scores into a temporary."""
         self.attention = None
         self.edges_by_relation = None
         self.graph.forget_edges()
