@@ -110,7 +110,8 @@ def test_evaluation_breakdown_is_the_held_parts_and_its_larger_stage(tiny_datase
     assert row["peak"] == sum(row[n] for n in HELD_PARTS) + working
     assert row["gradients"] == 0  # nothing trained yet
     session.model.eval()
-    session.model.prepare_scoring()
+    ranked = torch.from_numpy(session.evaluator.users("valid"))  # the ranking keeps only theirs
+    session.model.prepare_scoring(users=ranked)
     user_rows, item_rows = session.model._scoring  # what prepare_scoring keeps
     session.model.train()
     assert row["scoring_cache"] >= (user_rows.numel() + item_rows.numel()) * 4
