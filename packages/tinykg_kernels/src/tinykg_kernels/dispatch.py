@@ -8,9 +8,11 @@
 
 Triton is probed once, when a CUDA tensor first asks for a backend (importing it adds about 70 MiB
 to the resident set, which a CPU-only run never uses): the result is the module's `WITH_TRITON`
-flag (the PyG way: call sites read it when they run, so a test can switch it off). The choice follows `backend=` if given, else the
-`TINYKG_KERNELS_BACKEND` environment variable (read per call, or once for an
-`environment.read_once` block such as a training step's), else `auto`:
+flag (the PyG way: call sites read it when they run, so a test can switch it off).
+
+The choice follows `backend=` if given, else the `TINYKG_KERNELS_BACKEND` environment variable
+(read per call, or once for an `environment.read_once` block such as a training step's), else
+`auto`:
 
 - `auto`: Triton for CUDA tensors when it is importable; for CPU tensors of at least
   `CPU_LOOPS_MIN_NUMEL` elements `cpu-native` when its library loads, else `cpu-inductor` unless

@@ -141,9 +141,11 @@ def releases_between_phases(largest_tensor_bytes: int) -> bool:
     graph held 1.1-1.4 GB free in a 1.7 GB heap; released between phases, in one scratch run each,
     the CF backward's peak RSS fell from 2,969 to 2,712 MiB and the valid ranking's from 3,238 to
     2,779 (`python -m benchmarks.rss_by_phase`). Its steps take seconds, against which faulting
-    the released pages back in once a phase is small (not measured apart). A small graph's phases reuse their freed pages, which a
-    release would make them fault in again every phase; glibc's own count of free heap cannot tell
-    the two apart (700-850 MiB "free" on music-kgcn and lfm1m too, mostly pages already handed back).
+    the released pages back in once a phase is small (not measured apart).
+
+    A small graph's phases reuse their freed pages, which a release would make them fault in
+    again every phase; glibc's own count of free heap cannot tell the two apart (700-850 MiB
+    "free" on music-kgcn and lfm1m too, mostly pages already handed back).
     The switch is the size of the graph's tensors: from `PHASE_RELEASE_MIN_TABLE`, a `[nodes, dim]`
     table past glibc's largest mmap threshold (32 MiB), its whole-graph temporaries are too."""
     return largest_tensor_bytes >= PHASE_RELEASE_MIN_TABLE

@@ -98,7 +98,8 @@ class KGAT(EmbeddingRecommender):
         # list: each edge's ends are read from the CSR.
         order, counts = sort_by_relation(edges.relation, self.num_relations)
         self.relation_edge_counts = counts
-        # where the user -> item edges sit in that order (a slice of it, not a copy: 48 MiB at 10M)
+        # where the user -> item edges sit in that order (a slice of `entries_by_relation`, not a
+        # copy: 48 MiB at 10M)
         self.interaction_span = (sum(counts[:INTERACT]), counts[INTERACT])
         # compressed, a whole-graph layer pushes gradients back a block of rows at a time
         # (`ops.propagated_bi_interaction`): no transposed structure unless a backward asks
