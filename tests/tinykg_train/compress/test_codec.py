@@ -202,3 +202,38 @@ def test_rows_are_refused_where_the_codes_are_not_laid_out_by_rows():
     )
     assert isinstance(projected, Compressed) and projected.projection is not None
     assert not projected.by_rows and projected.rows(0, 4) is None
+
+
+@pytest.mark.parametrize("width", [16, 64, 128])  # 4 rows to a group, one, 2 groups to a row
+@pytest.mark.parametrize("bits", [1, 2, 4, 8])
+def test_take_rows_decodes_just_those_rows_with_the_whole_decode_s_bits(width, bits):
+    x = torch.randn(300, width, generator=torch.Generator().manual_seed(bits))
+    x[7] = 0  # a zero row: kept exact by `live_rows` where a group spans rows
+    stored = compress(x, CompressionConfig(bits=bits))
+    rows = torch.tensor([7, 3, 299, 3, 0, 150])
+    assert torch.equal(stored.take_rows(rows), stored.decode()[rows])
+    assert stored.take_rows(torch.zeros(0, dtype=torch.int64)).shape == (0, width)
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_a_rescaled_tensor_s_rows_are_its_whole_decode_s_rows_bit_for_bit(exact):
+    """A normalized layer output's input (`Rescaled`: y and the row norms) read by rows, as
+    KGAT's whole-graph backward reads it; a norm below `least` is clamped as in `decode`."""
+    generator = torch.Generator().manual_seed(4)
+    y = torch.randn(300, 64, generator=generator)
+    scale = torch.rand(300, 1, generator=generator) + 0.5
+    scale[11] = 1e-20  # below least: clamped
+    stored = Rescaled(y if exact else compress(y, CompressionConfig(bits=2)), scale, 1e-12)
+    assert stored.by_rows
+    whole = stored.decode()
+    assert torch.equal(stored.rows(5, 140), whole[5:140])
+    rows = torch.tensor([11, 3, 299, 3, 0])
+    assert torch.equal(stored.take_rows(rows), whole[rows])
+
+
+def test_a_rescaled_tensor_whose_codes_are_not_by_rows_is_not_read_by_rows():
+    x = torch.randn(40, 24, generator=torch.Generator().manual_seed(5))
+    across = compress(x, CompressionConfig(bits=2, group_size=16))  # groups cut across rows
+    stored = Rescaled(across, torch.ones(40, 1), 0.0)
+    assert not stored.by_rows
+    assert stored.rows(0, 4) is None and stored.take_rows(torch.tensor([1])) is None

@@ -96,3 +96,25 @@ def test_row_blocks_equal_the_whole_products_rows_from_a_host_copy_of_the_row_po
     # bounds come from the host copy (a CUDA graph's would otherwise wait for the device each time)
     assert graph.row_bounds(7, 19) == (int(graph.crow[7]), int(graph.crow[19]))
     assert graph._host_crow.device.type == "cpu" and torch.equal(graph._host_crow, graph.crow)
+
+
+@pytest.mark.parametrize("backend", ["auto", "torch"])  # native loops and torch's CSR product
+def test_gathered_rows_are_the_product_s_rows_bit_for_bit(backend, monkeypatch):
+    """A block of rows of `A @ x` from x's rows at the sources it reads, asked for once each."""
+    monkeypatch.setenv("TINYKG_KERNELS_BACKEND", backend)
+    generator = torch.Generator().manual_seed(3)
+    graph = CSRGraph(torch.randint(500, (2, 4000), generator=generator), 500)
+    values = torch.rand(graph.num_entries, generator=generator)
+    x = torch.randn(500, 64, generator=generator)
+    asked = []
+
+    def rows_of(ids):
+        asked.append(ids)
+        return x[ids]
+
+    positions = torch.empty(500, dtype=torch.int64)
+    for start, stop in [(0, 130), (130, 131), (131, 500)]:
+        got = graph.gathered_rows(rows_of, values, start, stop, positions)
+        assert torch.equal(got, graph.rows(x, values, start, stop))
+        ids = asked[-1]
+        assert torch.equal(ids, torch.unique(graph.col[graph.crow[start] : graph.crow[stop]]))

@@ -4,11 +4,13 @@ and the neighbor vectors never made whole."""
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 import torch.nn.functional as F
 
-from tinykg_train.compress import CompressionConfig, compress_saved_tensors
+from tinykg_train.compress import CompressionConfig, compress_saved_tensors, ops
 from tinykg_train.compress.ops import propagated_bi_interaction
 from tinykg_train.models.layers import _Propagation
 from tinykg_train.models.sparse import CSRGraph
@@ -40,13 +42,17 @@ def plain(ego, graph, attention, weights):
     return F.leaky_relu(summed, SLOPE) + F.leaky_relu(product, SLOPE)
 
 
-def fused_gradients(bits: int, block_bytes, seed: int = 0):
+def fused_gradients(bits: int, block_bytes, seed: int = 0, normalized: bool = False):
+    """The op's output and gradients; with `normalized` its ego is an L2 normalization's input,
+    stored as KGAT's second and later layers store it (`codec.Rescaled`)."""
     graph, attention, ego, weights = graph_case()
     leaves = [ego.requires_grad_(), *(w.requires_grad_() for w in weights)]
     config = CompressionConfig(bits=bits)
     torch.manual_seed(seed)
     with compress_saved_tensors(config):
         activation = ego * 1  # not a leaf: a leaf would be kept as it is, not compressed
+        if normalized:
+            ops.l2_normalize(activation, dim=-1, config=config)
         out = propagated_bi_interaction(
             activation, _Propagation(graph, attention), *weights, SLOPE, config=config,
             block_bytes=block_bytes,
@@ -98,20 +104,88 @@ def test_many_blocks_give_one_block_s_numbers_to_float_rounding():
 
 def test_the_neighbor_vectors_are_only_ever_made_a_block_at_a_time(monkeypatch):
     requests = []
-    rows = _Propagation.rows
+    rows, gathered = _Propagation.rows, _Propagation.gathered_rows
 
     def recording_rows(self, x, start, stop):
-        requests.append(stop - start)
+        requests.append(("forward" if x.requires_grad else "backward", stop - start))
         return rows(self, x, start, stop)
+
+    def recording_gathered(self, rows_of, start, stop, positions=None):
+        requests.append(("backward, gathered", stop - start))
+        return gathered(self, rows_of, start, stop, positions)
 
     def refused(self, x):
         raise AssertionError("the whole neighbor tensor was made")
 
     monkeypatch.setattr(_Propagation, "rows", recording_rows)
+    monkeypatch.setattr(_Propagation, "gathered_rows", recording_gathered)
     monkeypatch.setattr(_Propagation, "__call__", refused)
     fused_gradients(2, SMALL_BLOCKS)
-    assert len(requests) >= 8 and max(requests) < NODES  # forward's blocks, then backward's
-    assert sum(requests) == 2 * NODES  # each row once in forward and once in backward
+    kinds = {kind for kind, _ in requests}
+    assert kinds == {"forward", "backward, gathered"}  # several blocks: the ego never decoded whole
+    assert len(requests) >= 8 and max(size for _, size in requests) < NODES
+    assert sum(size for _, size in requests) == 2 * NODES  # each row once each way
+
+
+@pytest.mark.parametrize("normalized", [False, True])
+@pytest.mark.parametrize("bits", [2, 8])
+def test_reading_the_ego_by_rows_gives_the_whole_decode_s_gradients_bit_for_bit(
+    bits, normalized, monkeypatch
+):
+    """Several blocks: each reads the stored ego's rows it needs (`take_rows`, of a `Compressed`
+    or of a normalization's `Rescaled`), the same bits as decoding it whole first."""
+    module = importlib.import_module("tinykg_train.compress.ops.propagated_bi_interaction")
+    readers = []
+    row_reader = module._row_reader
+
+    def recording(stored, blocks):
+        reader = row_reader(stored, blocks)
+        readers.append((type(stored).__name__, reader is not None))
+        return reader
+
+    monkeypatch.setattr(module, "_row_reader", recording)
+    by_rows_out, by_rows, _ = fused_gradients(bits, SMALL_BLOCKS, normalized=normalized)
+    assert readers == [("Rescaled" if normalized else "Compressed", True)]
+    monkeypatch.setattr(module, "_row_reader", lambda stored, blocks: None)
+    whole_out, whole, _ = fused_gradients(bits, SMALL_BLOCKS, normalized=normalized)
+    assert torch.equal(by_rows_out, whole_out)
+    for a, b in zip(by_rows, whole, strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("normalized", [False, True])
+def test_reading_the_ego_by_rows_holds_no_whole_decoded_copy(normalized, monkeypatch):
+    """The backward's peak falls by about one decoded `[nodes, width]` float32 tensor, for a
+    stored ego as it is and for one a normalization offered (KGAT's later layers)."""
+    from tinykg_train.memory import allocation_peak
+
+    module = importlib.import_module("tinykg_train.compress.ops.propagated_bi_interaction")
+
+    nodes, width = 20_000, 64
+    generator = torch.Generator().manual_seed(1)
+    graph = CSRGraph(torch.randint(nodes, (2, 4 * nodes), generator=generator), nodes)
+    attention = torch.rand(graph.num_entries, generator=generator)
+    weights = [torch.randn(width, width, generator=generator) / 8, torch.zeros(width)] * 2
+    config = CompressionConfig(bits=2)
+    peaks = {}
+    for reader in ("by rows", "whole"):
+        if reader == "whole":
+            monkeypatch.setattr(module, "_row_reader", lambda stored, blocks: None)
+        ego = torch.randn(nodes, width, generator=generator, requires_grad=True)
+        with compress_saved_tensors(config):
+            activation = ego * 1  # not a leaf: stored compressed
+            if normalized:
+                ops.l2_normalize(activation, dim=-1, config=config)
+            out = propagated_bi_interaction(
+                activation, _Propagation(graph, attention), *weights, SLOPE, config=config,
+                block_bytes=1 << 20,
+            )  # fmt: skip
+        grad = torch.randn_like(out)
+        with allocation_peak(torch.device("cpu")) as window:  # the op's backward alone
+            torch.autograd.grad(out, [activation], grad)
+        peaks[reader] = window.peak_bytes
+    decoded = nodes * width * 4
+    assert peaks["whole"] - peaks["by rows"] > 0.8 * decoded, peaks
 
 
 def test_ego_vectors_that_are_not_a_matrix_are_refused():

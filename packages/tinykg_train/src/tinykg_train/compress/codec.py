@@ -108,6 +108,35 @@ class Compressed:
             values = values.mul_(live)
         return values
 
+    def take_rows(self, rows: torch.Tensor) -> torch.Tensor | None:
+        """The rows `rows` (int64 ids, any order) of the decoded tensor read as `[rows, last
+        dim]`, decoding only the groups that hold them (the same bits as `decode()[rows]`): a
+        backward can read the rows of a whole-graph tensor that a block of the graph touches.
+        None when not `by_rows`."""
+        if not self.by_rows:
+            return None
+        q = self.quantized
+        row_len, group_len = q.shape[-1], q.layout.group_len
+        count = len(rows)
+        if group_len % row_len == 0:  # whole rows to a group: each row's group, then the row
+            per_group = group_len // row_len
+            groups, decoded_rows = rows // per_group, count * per_group
+        else:  # whole groups to a row
+            per_group, per_row = 1, row_len // group_len
+            offsets = torch.arange(per_row, device=rows.device)
+            groups, decoded_rows = (rows.unsqueeze(1) * per_row + offsets).reshape(-1), count
+        part = QuantizedTensor(
+            q.codes[groups], q.scale[groups], q.zero[groups], torch.Size((decoded_rows, row_len)),
+            q.dtype, q.bits, q.group_size, q.scheme,
+        )  # fmt: skip
+        values = dequantize(part)
+        if per_group > 1:
+            picked = torch.arange(count, device=rows.device) * per_group + rows % per_group
+            values = values.index_select(0, picked)
+        if self.live_rows is not None:
+            values = values.mul_(self.live_rows.decode(values.dtype).reshape(-1, 1)[rows])
+        return values
+
     def reshaped(self, shape: torch.Size, config: CompressionConfig) -> Compressed | None:
         """The same codes read as `shape` (the same number of elements): None when the groups
         `config` gives that shape at these bits differ, or a projection or mask (whose layout
@@ -163,6 +192,36 @@ class Rescaled:
         if isinstance(self.stored, torch.Tensor):
             return self.stored * scale
         return self.stored.decode().mul_(scale)
+
+    @property
+    def by_rows(self) -> bool:
+        """Whether `rows` and `take_rows` can read rows of x: y kept as it is, or compressed in
+        groups `Compressed.by_rows` reads, and one scale per row (or one for all)."""
+        exact = isinstance(self.stored, torch.Tensor)
+        return (exact or self.stored.by_rows) and self.scale.dim() == 2 and self.scale.shape[1] == 1
+
+    def _row_scales(self, rows: torch.Tensor | slice) -> torch.Tensor:
+        scale = self.scale if self.scale.shape[0] == 1 else self.scale[rows]
+        return scale.clamp_min(self.least)
+
+    def rows(self, start: int, stop: int) -> torch.Tensor | None:
+        """Rows `start:stop` of `decode()`, the same bits, decoding only those rows (None when
+        not `by_rows`, as `Compressed.rows`)."""
+        if not self.by_rows:
+            return None
+        if isinstance(self.stored, torch.Tensor):
+            return self.stored[start:stop] * self._row_scales(slice(start, stop))
+        values = self.stored.rows(start, stop)
+        return None if values is None else values.mul_(self._row_scales(slice(start, stop)))
+
+    def take_rows(self, rows: torch.Tensor) -> torch.Tensor | None:
+        """`decode()[rows]` with the same bits, decoding only those rows (None when not
+        `by_rows`, as `Compressed.take_rows`)."""
+        if not self.by_rows:
+            return None
+        if isinstance(self.stored, torch.Tensor):
+            return self.stored[rows] * self._row_scales(rows)
+        return self.stored.take_rows(rows).mul_(self._row_scales(rows))
 
     @property
     def nbytes(self) -> int:

@@ -60,6 +60,10 @@ class _Propagation:
         self._check()
         return self.graph.rows(x, self.attention, start, stop)
 
+    def gathered_rows(self, rows_of, start: int, stop: int, positions=None) -> torch.Tensor:
+        self._check()
+        return self.graph.gathered_rows(rows_of, self.attention, start, stop, positions)
+
     def add_transposed_rows(
         self, x: torch.Tensor, start: int, stop: int, out: torch.Tensor
     ) -> torch.Tensor:

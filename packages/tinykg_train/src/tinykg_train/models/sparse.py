@@ -14,6 +14,7 @@ matrix entry holding the sum of their weights, which is the same sum `ops.spmm` 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -152,6 +153,40 @@ class CSRGraph(nn.Module):
         crow = self.crow[start : stop + 1] - first
         shape = (stop - start, self.num_sources)
         return _csr(crow, self.col[first:last], values[first:last], shape) @ x.contiguous()
+
+    @torch.no_grad()
+    def gathered_rows(
+        self,
+        rows_of: Callable[[torch.Tensor], torch.Tensor],
+        values: torch.Tensor,
+        start: int,
+        stop: int,
+        positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """`rows(x, values, start, stop)` where `x` is never whole: `rows_of(ids)` gives x's rows
+        at the sorted source ids these rows read, each once. The same bits: each row sums the
+        same entries in the same order. `positions`: an int `[num_sources]` scratch buffer, for
+        many calls (each call overwrites the entries it uses)."""
+        first, last = self.row_bounds(start, stop)
+        cols = self.col[first:last]
+        used = torch.zeros(self.num_sources, dtype=torch.bool, device=cols.device)
+        used[cols] = True
+        sources = used.nonzero().squeeze(1)
+        del used
+        if positions is None:
+            positions = torch.empty(self.num_sources, dtype=self.col.dtype, device=cols.device)
+        positions[sources] = torch.arange(len(sources), dtype=positions.dtype, device=cols.device)
+        local_col = positions[cols].to(self.col.dtype)
+        local_crow = self.crow[start : stop + 1] - first
+        x = rows_of(sources)
+        part = values[first:last]
+        chosen = dispatch.select_backend(x.device, None, dispatch.CPU_LOOPS_MIN_NUMEL)
+        if chosen == "cpu-native" and native.csr_applies(local_crow, local_col, part, x):
+            usage.record("csr_matmul", "cpu-native")
+            return native.csr_matmul(local_crow, local_col, part, x)
+        usage.record("csr_matmul", "torch")
+        shape = (stop - start, len(sources))
+        return _csr(local_crow, local_col, part, shape) @ x.contiguous()
 
     @torch.no_grad()
     def add_transposed_rows(

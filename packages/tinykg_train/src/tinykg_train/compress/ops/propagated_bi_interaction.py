@@ -12,7 +12,8 @@ its two 1-bit LeakyReLU masks. Backward: each block's neighbor rows rebuilt from
 pass over the graph in all), the block's share of the weight and bias gradients, its gradient of e
 directly, and its gradient of n pushed back through A into e's (`propagation.add_transposed_rows`).
 Of `[nodes, width]` tensors the forward holds e and the output; the backward the incoming
-gradient, the decoded e and e's gradient.
+gradient and e's gradient, and e decoded whole only when the layer is one block (else each block
+decodes the rows it reads: `_row_reader`).
 
 Saved: e, compressed as `bi_interaction` stores it (the table as it is in the first layer, the
 previous layer's normalized output after), and the masks of each block. The forward gives the two
@@ -30,7 +31,7 @@ import torch.nn.functional as F
 
 from tinykg_kernels.leaky_pair import leaky_relu_pair, leaky_relu_pair_backward
 from tinykg_train.compress.blocks import MIN_MATMUL_ROWS, device_budget, spans
-from tinykg_train.compress.codec import compress, decompress
+from tinykg_train.compress.codec import Compressed, Rescaled, compress, decompress
 from tinykg_train.compress.config import CompressionConfig
 from tinykg_train.compress.masks import PlaneMask
 from tinykg_train.compress.ops.bi_interaction import _plain
@@ -46,6 +47,12 @@ class Propagation(Protocol):
     def rows(self, x: torch.Tensor, start: int, stop: int) -> torch.Tensor:
         """Rows `start:stop` of `A @ x` (no gradient)."""
 
+    def gathered_rows(
+        self, rows_of, start: int, stop: int, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Rows `start:stop` of `A @ x`, x read only at the rows they use: `rows_of(sorted ids)`
+        (no gradient; `positions` a scratch `[nodes]` int buffer, as `CSRGraph.gathered_rows`)."""
+
     def add_transposed_rows(
         self, x: torch.Tensor, start: int, stop: int, out: torch.Tensor
     ) -> torch.Tensor:
@@ -57,6 +64,24 @@ def _row_bytes(width: int, out_width: int, element_size: int) -> int:
     rebuilt from them, the two matrix products into `width` and the gradient of the neighbors;
     both pre-activations' gradients and one spare output row (more than the forward's)."""
     return (5 * width + 3 * out_width) * element_size
+
+
+def _row_reader(stored: Any, blocks: int):
+    """`ids -> rows` of a stored ego that a backward of several blocks reads block by block
+    (`take_rows` of a `Compressed`, or of the `Rescaled` form a normalized layer output takes),
+    or None where it is decoded whole: one block (a small graph: one decode beats one per
+    block), a plain tensor (the first layer's table, stored as it is), or codes that cannot be
+    read by rows.
+
+    Decoded whole, the ego is one more `[nodes, width]` float32 tensor beside the incoming
+    gradient and the ego's gradient: on `bench_scale`'s 10M graph it set the INT2 step's peak
+    in the second layer's backward, 909 MiB above the step's start; read by rows, the peak is
+    736 MiB, in the first layer's backward (profiled with `torch.autograd.profiler`, as
+    `benchmarks.peak_by_node` does). A source row is then decoded once for each block that
+    reads it (about ten times over on that graph), the price of not holding it."""
+    if blocks < 2 or not isinstance(stored, Compressed | Rescaled) or not stored.by_rows:
+        return None
+    return stored.take_rows
 
 
 def _added(total: torch.Tensor | None, part: torch.Tensor) -> torch.Tensor:
@@ -103,18 +128,29 @@ class PropagatedBiInteraction(torch.autograd.Function):
         stored_ego, sum_weight, product_weight = saved[0], saved[-2], saved[-1]
         sum_masks, product_masks = saved[1 : 1 + count], saved[1 + count : 1 + 2 * count]
         needs = ctx.needs_input_grad
-        ego = decompress(stored_ego)
-        grad = grad.contiguous()
-        grad_ego = torch.zeros_like(ego) if needs[0] else None
-        grad_sum_weight = grad_sum_bias = grad_product_weight = grad_product_bias = None
         propagation = ctx.propagation
+        rows_of = _row_reader(stored_ego, count)
+        if rows_of is None:
+            ego = decompress(stored_ego)
+            shape, like = ego.shape, ego
+        else:  # never decoded whole: each block reads the rows it touches
+            ego = None
+            shape, like = (grad.shape[0], sum_weight.shape[1]), grad
+            positions = torch.empty(shape[0], dtype=torch.int64, device=grad.device)
+        grad = grad.contiguous()
+        grad_ego = like.new_zeros(shape) if needs[0] else None
+        grad_sum_weight = grad_sum_bias = grad_product_weight = grad_product_bias = None
         for (a, b), sum_mask, product_mask in zip(
             ctx.blocks, sum_masks, product_masks, strict=True
         ):
             grad_sum, grad_product = leaky_relu_pair_backward(
                 grad[a:b], sum_mask.packed, product_mask.packed, ctx.slope
             )
-            block, neighbors = ego[a:b], propagation.rows(ego, a, b)
+            if ego is not None:
+                block, neighbors = ego[a:b], propagation.rows(ego, a, b)
+            else:
+                block = stored_ego.rows(a, b)
+                neighbors = propagation.gathered_rows(rows_of, a, b, positions)
             if needs[1]:
                 grad_sum_weight = _added(grad_sum_weight, grad_sum.t().matmul(block + neighbors))
             if needs[2]:
