@@ -112,7 +112,7 @@ def test_gathered_rows_are_the_product_s_rows_bit_for_bit(backend, monkeypatch):
         asked.append(ids)
         return x[ids]
 
-    positions = torch.empty(500, dtype=torch.int64)
+    positions = torch.empty(500, dtype=graph.col.dtype)
     for start, stop in [(0, 130), (130, 131), (131, 500)]:
         got = graph.gathered_rows(rows_of, values, start, stop, positions)
         assert torch.equal(got, graph.rows(x, values, start, stop))

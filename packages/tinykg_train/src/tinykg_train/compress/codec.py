@@ -126,7 +126,8 @@ class Compressed:
             offsets = torch.arange(per_row, device=rows.device)
             groups, decoded_rows = (rows.unsqueeze(1) * per_row + offsets).reshape(-1), count
         part = QuantizedTensor(
-            q.codes[groups], q.scale[groups], q.zero[groups], torch.Size((decoded_rows, row_len)),
+            q.codes.index_select(0, groups), q.scale.index_select(0, groups),
+            q.zero.index_select(0, groups), torch.Size((decoded_rows, row_len)),
             q.dtype, q.bits, q.group_size, q.scheme,
         )  # fmt: skip
         values = dequantize(part)
@@ -134,7 +135,8 @@ class Compressed:
             picked = torch.arange(count, device=rows.device) * per_group + rows % per_group
             values = values.index_select(0, picked)
         if self.live_rows is not None:
-            values = values.mul_(self.live_rows.decode(values.dtype).reshape(-1, 1)[rows])
+            live = self.live_rows.decode(values.dtype).reshape(-1, 1).index_select(0, rows)
+            values = values.mul_(live)
         return values
 
     def reshaped(self, shape: torch.Size, config: CompressionConfig) -> Compressed | None:
@@ -201,8 +203,11 @@ class Rescaled:
         return (exact or self.stored.by_rows) and self.scale.dim() == 2 and self.scale.shape[1] == 1
 
     def _row_scales(self, rows: torch.Tensor | slice) -> torch.Tensor:
-        scale = self.scale if self.scale.shape[0] == 1 else self.scale[rows]
-        return scale.clamp_min(self.least)
+        if self.scale.shape[0] == 1:
+            return self.scale.clamp_min(self.least)
+        if isinstance(rows, slice):
+            return self.scale[rows].clamp_min(self.least)
+        return self.scale.index_select(0, rows).clamp_min_(self.least)
 
     def rows(self, start: int, stop: int) -> torch.Tensor | None:
         """Rows `start:stop` of `decode()`, the same bits, decoding only those rows (None when
@@ -220,7 +225,7 @@ class Rescaled:
         if not self.by_rows:
             return None
         if isinstance(self.stored, torch.Tensor):
-            return self.stored[rows] * self._row_scales(rows)
+            return self.stored.index_select(0, rows).mul_(self._row_scales(rows))
         return self.stored.take_rows(rows).mul_(self._row_scales(rows))
 
     @property

@@ -17,6 +17,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -165,18 +166,24 @@ class CSRGraph(nn.Module):
     ) -> torch.Tensor:
         """`rows(x, values, start, stop)` where `x` is never whole: `rows_of(ids)` gives x's rows
         at the sorted source ids these rows read, each once. The same bits: each row sums the
-        same entries in the same order. `positions`: an int `[num_sources]` scratch buffer, for
-        many calls (each call overwrites the entries it uses)."""
+        same entries in the same order. `positions`: a `[num_sources]` scratch buffer of the
+        column dtype, for many calls (each call overwrites the entries it uses).
+
+        Called once per block of a whole-graph backward (dozens at 10M triples), so the index work
+        uses torch's `index_*` kernels and numpy's `flatnonzero`, several times faster on the CPU
+        than advanced indexing and `nonzero`."""
         first, last = self.row_bounds(start, stop)
         cols = self.col[first:last]
+        long_cols = cols.long()
         used = torch.zeros(self.num_sources, dtype=torch.bool, device=cols.device)
-        used[cols] = True
-        sources = used.nonzero().squeeze(1)
+        used.index_fill_(0, long_cols, True)
+        sources = _true_positions(used)
         del used
-        if positions is None:
-            positions = torch.empty(self.num_sources, dtype=self.col.dtype, device=cols.device)
-        positions[sources] = torch.arange(len(sources), dtype=positions.dtype, device=cols.device)
-        local_col = positions[cols].to(self.col.dtype)
+        if positions is None or positions.dtype != cols.dtype:
+            positions = torch.empty(self.num_sources, dtype=cols.dtype, device=cols.device)
+        order = torch.arange(len(sources), dtype=cols.dtype, device=cols.device)
+        local_col = positions.index_copy_(0, sources, order).index_select(0, long_cols)
+        del long_cols, order
         local_crow = self.crow[start : stop + 1] - first
         x = rows_of(sources)
         part = values[first:last]
@@ -235,3 +242,11 @@ def _csr(crow, col, values, shape) -> torch.Tensor:
     with warnings.catch_warnings():  # "CSR support is in beta state", once per process
         warnings.simplefilter("ignore", UserWarning)
         return torch.sparse_csr_tensor(crow, col, values, shape, check_invariants=False)
+
+
+def _true_positions(mask: torch.Tensor) -> torch.Tensor:
+    """The int64 positions where a 1-d bool `mask` is True, ascending (`mask.nonzero()`); on the
+    CPU through numpy, about 6x faster on a million entries."""
+    if mask.device.type == "cpu":
+        return torch.from_numpy(np.flatnonzero(mask.numpy()))
+    return mask.nonzero().squeeze(1)
