@@ -233,3 +233,31 @@ def test_kgat_scoring_in_blocks_is_the_whole_forward_bit_for_bit(
         got = model.propagate()
     assert calls == [blocks] * 3
     assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
+
+
+def test_kgat_s_later_layers_read_their_stored_input_by_rows_with_the_whole_decode_s_bits(
+    tiny_dataset, make_config, monkeypatch
+):
+    """In several blocks, the second and third layers' backward read their stored input (the
+    previous layer's normalized output, a `Rescaled`) a block's rows at a time, never decoded
+    whole; the first layer's input is the table itself. The step's numbers are those of decoding
+    it whole."""
+    readers = []
+    row_reader = propagated_module._row_reader
+
+    def recording(stored, blocks):
+        reader = row_reader(stored, blocks)
+        readers.append((type(stored).__name__, reader is not None))
+        return reader
+
+    monkeypatch.setattr(propagated_module, "_row_reader", recording)
+    by_rows = run(tiny_dataset, make_config, "kgat", 2, steps=2, blocks=TINY_BLOCK)
+    assert sorted(set(readers)) == [("Rescaled", True), ("Tensor", False)], readers
+    assert readers.count(("Rescaled", True)) == 2 * readers.count(("Tensor", False))
+    monkeypatch.setattr(propagated_module, "_row_reader", lambda stored, blocks: None)
+    whole = run(tiny_dataset, make_config, "kgat", 2, steps=2, blocks=TINY_BLOCK)
+    assert all(torch.equal(a, b) for a, b in zip(by_rows[0], whole[0], strict=True))
+    for name, grad in by_rows[1].items():
+        assert torch.equal(grad, whole[1][name]), name
+    for name, weight in by_rows[2].items():
+        assert torch.equal(weight, whole[2][name]), name
