@@ -129,6 +129,21 @@ def test_same_seed_same_sample_and_different_seed_differs(ckg):
     assert not np.array_equal(np.sort(a.edge_id), np.sort(c.edge_id))
 
 
+@pytest.mark.parametrize("relations", [None, {r: [3, 1] for r in range(4)}])
+def test_a_narrowed_ckg_gives_the_same_subgraphs_with_the_same_dtypes(ckg, relations):
+    """`CKG.narrowed()` keeps its edge arrays at int32; a sampler over it draws what one over the
+    int64 arrays draws, and hands back the same int64 arrays."""
+    narrow = ckg.narrowed()
+    assert narrow.indices.dtype == np.int32 and narrow.relation.dtype == np.int32
+    assert ckg.indices.dtype == np.int64  # the original is left as it is
+    seeds = seeds_of(ckg, 48, 7)
+    wide = NeighborSampler(ckg, [4, 3], seed=2, relations=relations).sample(seeds)
+    got = NeighborSampler(narrow, [4, 3], seed=2, relations=relations).sample(seeds)
+    for name in ("node", "edge_index", "relation", "edge_id", "hop"):
+        a, b = getattr(wide, name), getattr(got, name)
+        assert a.dtype == b.dtype == np.int64 and np.array_equal(a, b), name
+
+
 def test_the_node_map_is_reset_between_samples(ckg):
     sampler = NeighborSampler(ckg, [5, 5], seed=0)
     sampler.sample(seeds_of(ckg, 40, 4))

@@ -8,6 +8,7 @@ edge (h, rel, t); a message flows from `t` to `h`.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ import numpy as np
 from kg_data.csr import build_csr, sample_rows
 from kg_data.dataset import KGDataset
 from kg_data.errors import KGDataError
+from kg_data.index_dtype import narrow_index
 
 INTERACT = 0
 INTERACTED_BY = 1
@@ -33,7 +35,8 @@ def open_dataset(dataset: str | os.PathLike | KGDataset) -> KGDataset:
 
 @dataclass(frozen=True, eq=False)
 class CKG:
-    """Collaborative KG: CSR arrays (numpy int64) plus the sizes needed to read node and relation ids."""
+    """Collaborative KG: CSR arrays (numpy int64; `narrowed()` int32) plus the sizes needed to read
+    node and relation ids."""
 
     indptr: np.ndarray
     indices: np.ndarray
@@ -46,6 +49,15 @@ class CKG:
     @property
     def num_nodes(self) -> int:
         return self.n_entities + self.n_users
+
+    def narrowed(self) -> CKG:
+        """The same graph with `indices` and `relation` in the narrowest index dtype (int32 below
+        2**31 nodes): half their bytes, for a process that holds the CKG from the first step to
+        the last (sampled training: 140 MiB at 17.5M edges). `NeighborSampler` draws the same
+        subgraphs from it, with the same int64 arrays."""
+        return dataclasses.replace(
+            self, indices=narrow_index(self.indices), relation=narrow_index(self.relation)
+        )
 
     @property
     def num_relations(self) -> int:

@@ -140,7 +140,7 @@ class NeighborSampler:
         return SampledSubgraph(
             node=np.concatenate(nodes),
             edge_index=np.stack([sources, targets]),
-            relation=self.ckg.relation[positions],
+            relation=self.ckg.relation[positions].astype(np.int64, copy=False),
             edge_id=positions,
             hop=np.repeat(np.arange(len(n_edges), dtype=np.int64), n_edges),
             num_seeds=len(seeds),

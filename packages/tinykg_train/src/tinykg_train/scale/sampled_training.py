@@ -128,5 +128,7 @@ def sampled_batches(
         raise ConfigError(
             f"{type(model).__name__} has no sampled training (no step_sampler): use --sampler none"
         )
-    sampler = model.step_sampler(CKG.from_dataset(dataset), tuple(config.layer_fanouts))
+    # held for the whole run: its edge arrays at int32 (the same draws)
+    ckg = CKG.from_dataset(dataset).narrowed()
+    sampler = model.step_sampler(ckg, tuple(config.layer_fanouts))
     return SampledBatches(model, cf_batches, sampler, config.seed)
