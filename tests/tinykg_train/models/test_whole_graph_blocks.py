@@ -18,6 +18,7 @@ import importlib
 import pytest
 import torch
 
+from tests.row_readers import decode_whole, record_row_readers
 from tinykg_kernels.leaky_pair import leaky_relu_pair_backward
 from tinykg_train.compress import compress_saved_tensors
 from tinykg_train.compress.codec import compress, decompress
@@ -242,19 +243,11 @@ def test_kgat_s_later_layers_read_their_stored_input_by_rows_with_the_whole_deco
     previous layer's normalized output, a `Rescaled`) a block's rows at a time, never decoded
     whole; the first layer's input is the table itself. The step's numbers are those of decoding
     it whole."""
-    readers = []
-    row_reader = propagated_module._row_reader
-
-    def recording(stored, blocks):
-        reader = row_reader(stored, blocks)
-        readers.append((type(stored).__name__, reader is not None))
-        return reader
-
-    monkeypatch.setattr(propagated_module, "_row_reader", recording)
+    readers = record_row_readers(monkeypatch)
     by_rows = run(tiny_dataset, make_config, "kgat", 2, steps=2, blocks=TINY_BLOCK)
     assert sorted(set(readers)) == [("Rescaled", True), ("Tensor", False)], readers
     assert readers.count(("Rescaled", True)) == 2 * readers.count(("Tensor", False))
-    monkeypatch.setattr(propagated_module, "_row_reader", lambda stored, blocks: None)
+    decode_whole(monkeypatch)
     whole = run(tiny_dataset, make_config, "kgat", 2, steps=2, blocks=TINY_BLOCK)
     assert all(torch.equal(a, b) for a, b in zip(by_rows[0], whole[0], strict=True))
     for name, grad in by_rows[1].items():

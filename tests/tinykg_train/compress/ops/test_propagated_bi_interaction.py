@@ -4,12 +4,11 @@ and the neighbor vectors never made whole."""
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
 import torch
 import torch.nn.functional as F
 
+from tests.row_readers import decode_whole, record_row_readers
 from tinykg_train.compress import CompressionConfig, compress_saved_tensors, ops
 from tinykg_train.compress.ops import propagated_bi_interaction
 from tinykg_train.models.layers import _Propagation
@@ -134,19 +133,10 @@ def test_reading_the_ego_by_rows_gives_the_whole_decode_s_gradients_bit_for_bit(
 ):
     """Several blocks: each reads the stored ego's rows it needs (`take_rows`, of a `Compressed`
     or of a normalization's `Rescaled`), the same bits as decoding it whole first."""
-    module = importlib.import_module("tinykg_train.compress.ops.propagated_bi_interaction")
-    readers = []
-    row_reader = module._row_reader
-
-    def recording(stored, blocks):
-        reader = row_reader(stored, blocks)
-        readers.append((type(stored).__name__, reader is not None))
-        return reader
-
-    monkeypatch.setattr(module, "_row_reader", recording)
+    readers = record_row_readers(monkeypatch)
     by_rows_out, by_rows, _ = fused_gradients(bits, SMALL_BLOCKS, normalized=normalized)
     assert readers == [("Rescaled" if normalized else "Compressed", True)]
-    monkeypatch.setattr(module, "_row_reader", lambda stored, blocks: None)
+    decode_whole(monkeypatch)
     whole_out, whole, _ = fused_gradients(bits, SMALL_BLOCKS, normalized=normalized)
     assert torch.equal(by_rows_out, whole_out)
     for a, b in zip(by_rows, whole, strict=True):
@@ -159,8 +149,6 @@ def test_reading_the_ego_by_rows_holds_no_whole_decoded_copy(normalized, monkeyp
     stored ego as it is and for one a normalization offered (KGAT's later layers)."""
     from tinykg_train.memory import allocation_peak
 
-    module = importlib.import_module("tinykg_train.compress.ops.propagated_bi_interaction")
-
     nodes, width = 20_000, 64
     generator = torch.Generator().manual_seed(1)
     graph = CSRGraph(torch.randint(nodes, (2, 4 * nodes), generator=generator), nodes)
@@ -170,7 +158,7 @@ def test_reading_the_ego_by_rows_holds_no_whole_decoded_copy(normalized, monkeyp
     peaks = {}
     for reader in ("by rows", "whole"):
         if reader == "whole":
-            monkeypatch.setattr(module, "_row_reader", lambda stored, blocks: None)
+            decode_whole(monkeypatch)
         ego = torch.randn(nodes, width, generator=generator, requires_grad=True)
         with compress_saved_tensors(config):
             activation = ego * 1  # not a leaf: stored compressed
