@@ -203,6 +203,7 @@ class Rescaled:
         return (exact or self.stored.by_rows) and self.scale.dim() == 2 and self.scale.shape[1] == 1
 
     def _row_scales(self, rows: torch.Tensor | slice) -> torch.Tensor:
+        """The clamped scales of `rows` (ids or a slice), as `decode` clamps them all."""
         if self.scale.shape[0] == 1:
             return self.scale.clamp_min(self.least)
         if isinstance(rows, slice):
