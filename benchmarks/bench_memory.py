@@ -81,14 +81,19 @@ class Measurement:
         return statistics.median(self.step_seconds)
 
 
-def open_step_session(data: Path, model: str, bits: int, device: torch.device, out: Path):
-    """The trainer's session for `model` at `bits` with default sizes (writes nothing)."""
+def open_step_session(
+    data: Path, model: str, bits: int, device: torch.device, out: Path, model_sizes: bool = False
+):
+    """The trainer's session for `model` at `bits` (writes nothing): `TrainConfig`'s generic
+    sizes, or with `model_sizes` the model's own defaults, as `pipelines.train --model` trains it
+    (KGCN: 1 hop, 32 wide, batches of 1024, where the generic sizes are 3, 64 and 2048)."""
     from tinykg_train.config import TrainConfig
     from tinykg_train.session import open_session
 
-    config = TrainConfig(
+    settings = dict(
         data=str(data), model=model, bits=bits, device=device.type, out=str(out / f"{model}-{bits}")
     )
+    config = TrainConfig.layered(settings) if model_sizes else TrainConfig(**settings)
     session = open_session(config, device)
     session.model.train()
     session.model.on_epoch_start(0)  # as train_epoch does (KGAT computes its attention)

@@ -3,6 +3,7 @@
 
     python -m benchmarks.profile_step [--dataset lfm1m-kgat] [--model kgat] [--bits 2]
         [--device cpu|cuda] [--steps 10] [--rows 25] [--out profile.txt] [--python-profile]
+        [--model-sizes]
 
 The trainer's own session and step (`bench_memory.open_step_session`, `epoch.run_phase`) on the
 epoch's first batch of each phase (CF, and KG for models with a KG phase), after three warm-up
@@ -13,7 +14,9 @@ device time the kernels took (the rest is the host launching them), which a time
 On CUDA each phase's line also gives `max_memory_allocated` over its timed steps (every tensor of the
 process: tables, graph, optimizer state, activations, temporaries). `--python-profile` adds
 `cProfile` tables of as many steps again (the Python functions the host spends its time in, by own
-time and by cumulative time), for a step that is host-bound.
+time and by cumulative time), for a step that is host-bound. The session has `TrainConfig`'s
+generic sizes (batch 2048, 64 wide, 3 layers) unless `--model-sizes` asks for the model's own
+defaults, the step `pipelines.train --model` and `bench_epoch_time` run (KGCN's differ most).
 """
 
 from __future__ import annotations
@@ -75,16 +78,17 @@ def write_python_tables(stats: pstats.Stats, title: str, rows: int, out) -> None
 
 
 def profile_width(data: Path, model: str, bits: int, device: torch.device, steps: int,
-                  rows: int, out, python: bool = False) -> list[str]:  # fmt: skip
+                  rows: int, out, python: bool = False, model_sizes: bool = False) -> list[str]:  # fmt: skip
     """Lines of `model`'s step times at `bits`; its profiler tables (and, with `python`, the
-    cProfile tables of `steps` more steps) are written to `out`."""
+    cProfile tables of `steps` more steps) are written to `out`. `model_sizes`: the model's own
+    default settings rather than `TrainConfig`'s generic ones (`open_step_session`)."""
     from torch.profiler import ProfilerActivity, profile
 
     from tinykg_train.epoch import run_phase
 
     lines = []
     with tempfile.TemporaryDirectory(prefix="profile_step_") as tmp:
-        session = open_step_session(data, model, bits, device, Path(tmp))
+        session = open_step_session(data, model, bits, device, Path(tmp), model_sizes)
         hook = timed(device, lambda: session.model.on_epoch_start(0))
         lines.append(f"{model} bits {bits}: epoch-start hook {hook * 1e3:.1f} ms")
         phases = [("cf", session.cf_batches, session.model.loss)]
@@ -143,6 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=Path("profile.txt"),
                         help="where the profiler tables go (default profile.txt)")  # fmt: skip
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    parser.add_argument("--model-sizes", action="store_true",
+                        help="the model's own default settings, as pipelines.train --model trains "
+                        "it (default: TrainConfig's generic sizes: batch 2048, 64 wide, 3 layers)")  # fmt: skip
     parser.add_argument("--python-profile", action="store_true",
                         help="also write cProfile tables of --steps steps per phase and width")  # fmt: skip
     return parser
@@ -168,7 +175,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     with args.out.open("w") as out:
         for bits in dict.fromkeys((32, args.bits)):
             for line in profile_width(
-                data, args.model, bits, device, args.steps, args.rows, out, args.python_profile
+                data,
+                args.model,
+                bits,
+                device,
+                args.steps,
+                args.rows,
+                out,
+                args.python_profile,
+                args.model_sizes,
             ):
                 print(line, flush=True)
     print(f"profiler tables: {args.out}")

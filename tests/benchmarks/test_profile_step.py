@@ -42,6 +42,22 @@ def test_python_profile_adds_the_host_functions_by_own_and_cumulative_time(
     assert "compress" in int2 and "run_backward" in int2
 
 
+@pytest.mark.parametrize("model_sizes", [False, True])
+def test_model_sizes_give_the_model_s_own_defaults(tiny_dataset_dir: Path, tmp_path, model_sizes):
+    """`--model-sizes`: KGCN as `pipelines.train --model kgcn` trains it (1 hop, 32 wide), not
+    `TrainConfig`'s generic 3 layers, 64 wide."""
+    from benchmarks.bench_memory import open_step_session
+    from tinykg_train.model_defaults import model_defaults
+
+    session = open_step_session(
+        tiny_dataset_dir, "kgcn", 2, torch.device("cpu"), tmp_path, model_sizes
+    )
+    config, own = session.config, model_defaults("kgcn")
+    expected = (own["n_layers"], own["embed_dim"]) if model_sizes else (3, 64)
+    assert (config.n_layers, config.embed_dim) == expected
+    assert own["n_layers"] != 3 and own["embed_dim"] != 64  # the two differ: the test can fail
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
