@@ -35,6 +35,17 @@ class Projection:
     seed: int
 
 
+def _group_part(q: QuantizedTensor, groups: slice | torch.Tensor, rows: int) -> QuantizedTensor:
+    """The groups `groups` (a range, or ids in any order) of `q`, read as `rows` rows of its last
+    dim: what `Compressed.rows` and `take_rows` decode."""
+    if isinstance(groups, slice):
+        codes, scale, zero = q.codes[groups], q.scale[groups], q.zero[groups]
+    else:
+        codes, scale, zero = (t.index_select(0, groups) for t in (q.codes, q.scale, q.zero))
+    shape = torch.Size((rows, q.shape[-1]))
+    return QuantizedTensor(codes, scale, zero, shape, q.dtype, q.bits, q.group_size, q.scheme)
+
+
 @dataclass(frozen=True)
 class Compressed:
     """A float tensor stored quantized (after a random projection when `projection` is set).
@@ -98,11 +109,8 @@ class Compressed:
         else:  # whole groups to a row
             per_row = row_len // group_len
             first, last, row0, row1 = start * per_row, stop * per_row, start, stop
-        part = QuantizedTensor(
-            q.codes[first:last], q.scale[first:last], q.zero[first:last],
-            torch.Size((row1 - row0, row_len)), q.dtype, q.bits, q.group_size, q.scheme,
-        )  # fmt: skip
-        values = dequantize(part)[start - row0 : stop - row0]
+        values = dequantize(_group_part(q, slice(first, last), row1 - row0))
+        values = values[start - row0 : stop - row0]
         if self.live_rows is not None:
             live = self.live_rows.decode(values.dtype).reshape(-1, 1)[start:stop]
             values = values.mul_(live)
@@ -125,12 +133,7 @@ class Compressed:
             per_group, per_row = 1, row_len // group_len
             offsets = torch.arange(per_row, device=rows.device)
             groups, decoded_rows = (rows.unsqueeze(1) * per_row + offsets).reshape(-1), count
-        part = QuantizedTensor(
-            q.codes.index_select(0, groups), q.scale.index_select(0, groups),
-            q.zero.index_select(0, groups), torch.Size((decoded_rows, row_len)),
-            q.dtype, q.bits, q.group_size, q.scheme,
-        )  # fmt: skip
-        values = dequantize(part)
+        values = dequantize(_group_part(q, groups, decoded_rows))
         if per_group > 1:
             picked = torch.arange(count, device=rows.device) * per_group + rows % per_group
             values = values.index_select(0, picked)

@@ -185,15 +185,7 @@ class CSRGraph(nn.Module):
         local_col = positions.index_copy_(0, sources, order).index_select(0, long_cols)
         del long_cols, order
         local_crow = self.crow[start : stop + 1] - first
-        x = rows_of(sources)
-        part = values[first:last]
-        chosen = dispatch.select_backend(x.device, None, dispatch.CPU_LOOPS_MIN_NUMEL)
-        if chosen == "cpu-native" and native.csr_applies(local_crow, local_col, part, x):
-            usage.record("csr_matmul", "cpu-native")
-            return native.csr_matmul(local_crow, local_col, part, x)
-        usage.record("csr_matmul", "torch")
-        shape = (stop - start, len(sources))
-        return _csr(local_crow, local_col, part, shape) @ x.contiguous()
+        return csr_matmul(local_crow, local_col, values[first:last], rows_of(sources))
 
     @torch.no_grad()
     def add_transposed_rows(

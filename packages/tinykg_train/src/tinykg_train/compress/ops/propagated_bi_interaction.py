@@ -137,6 +137,8 @@ class PropagatedBiInteraction(torch.autograd.Function):
         else:  # never decoded whole: each block reads the rows it touches
             ego = None
             shape, like = (grad.shape[0], sum_weight.shape[1]), grad
+            # the blocks' scratch, at the CSR's int32 columns (a graph of 2**31 nodes or more,
+            # whose columns are int64, gets one per block from `gathered_rows` instead)
             positions = torch.empty(shape[0], dtype=torch.int32, device=grad.device)
         grad = grad.contiguous()
         grad_ego = like.new_zeros(shape) if needs[0] else None
