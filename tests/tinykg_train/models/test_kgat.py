@@ -8,6 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from kg_data import CKG
+from tinykg_train.compress.adaptive.sensitivity import measure
+from tinykg_train.compress.gathered import gathered_rows
 from tinykg_train.errors import ConfigError
 from tinykg_train.evaluate import RankingEvaluator
 from tinykg_train.models import build_model
@@ -40,7 +42,9 @@ def reference_attention(model: KGAT, dataset) -> torch.Tensor:
 
 
 def test_attention_is_the_papers_formula_normalised_per_head(kgat, tiny_dataset):
-    torch.testing.assert_close(kgat.attention, reference_attention(kgat, tiny_dataset), rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(
+        kgat.attention, reference_attention(kgat, tiny_dataset), rtol=1e-4, atol=1e-6
+    )
     heads = kgat.edge_index[1].long()
     per_head = torch.zeros(kgat.num_nodes).index_add_(0, heads, kgat.attention)
     has_edges = torch.bincount(heads, minlength=kgat.num_nodes) > 0
@@ -78,7 +82,9 @@ def test_attention_is_refreshed_from_the_current_weights(kgat, tiny_dataset, tra
     torch.testing.assert_close(stale, before)  # unchanged during the epoch: no gradient, a buffer
     kgat.on_epoch_start(1)
     assert not torch.allclose(kgat.attention, stale)
-    torch.testing.assert_close(kgat.attention, reference_attention(kgat, tiny_dataset), rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(
+        kgat.attention, reference_attention(kgat, tiny_dataset), rtol=1e-4, atol=1e-6
+    )
     # The propagation reads the merged CSR entries of the same attention.
     torch.testing.assert_close(kgat.attention_entries, kgat.graph.values(kgat.attention))
 
@@ -87,7 +93,9 @@ def test_scoring_refreshes_the_attention_first(kgat, tiny_dataset, train):
     train(kgat, tiny_dataset, steps=5)
     kgat.eval()
     kgat.prepare_scoring()
-    torch.testing.assert_close(kgat.attention, reference_attention(kgat, tiny_dataset), rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(
+        kgat.attention, reference_attention(kgat, tiny_dataset), rtol=1e-4, atol=1e-6
+    )
 
 
 def test_attention_is_not_part_of_the_checkpoint(kgat):
@@ -107,6 +115,34 @@ def test_propagation_concatenates_normalised_layers(tiny_dataset, make_config):
     torch.testing.assert_close(items[:, :32], model.node_embedding[: tiny_dataset.n_items])
     norms = items[:, 32:64].norm(dim=1)
     torch.testing.assert_close(norms, torch.ones_like(norms))
+
+
+BATCH = 1000  # rows enough to be quantized (`min_numel`), a size no graph tensor here has
+
+
+def test_compressed_scores_read_the_ego_columns_as_table_rows(tiny_dataset, make_config):
+    """Compressed, a CF step scores the table's own columns as its rows (saved as indices, exact)
+    and quantizes only the layers' columns; FP32 scores the one concatenation as before."""
+    torch.manual_seed(0)
+    config = make_config(model="kgat", bits=2, embed_dim=32, n_layers=3)
+    model = build_model("kgat", tiny_dataset, config)
+    model.train()
+    model.on_epoch_start(0)
+    batch = torch.arange(BATCH)
+    users, pos, neg = batch % tiny_dataset.n_users, batch % 7, (batch + 3) % tiny_dataset.n_items
+    sensitivity = measure(model, model.loss, (users, pos, neg), model.compression)
+    scored = [site.shape for site in sensitivity.sites if site.shape[0] == BATCH]
+    assert scored == [(BATCH, 32 + 16 + 8)] * 2  # u and pos - neg: the layers' columns only
+    torch.manual_seed(1)  # the same dropout masks in both
+    ego, propagated = model.batch_vector_groups(users, pos, neg)
+    torch.manual_seed(1)
+    whole = model.batch_vectors(users, pos, neg)
+    for part, (ego_part, rest) in zip(whole, zip(ego, propagated, strict=True), strict=True):
+        assert torch.equal(torch.cat([ego_part, rest], dim=1), part)
+    rows = [gathered_rows(part) for part in ego]
+    assert all(r is not None and r.weight is model.node_embedding for r in rows)
+    exact = build_model("kgat", tiny_dataset, make_config(model="kgat", bits=32))
+    assert len(exact.batch_vector_groups(users, pos, neg)) == 1
 
 
 def test_layer_dims_are_checked(tiny_dataset, make_config):

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from tinykg_train.compress import CompressionConfig, compress_saved_tensors
-from tinykg_train.models.losses import bpr_loss, dot_scores, l2_penalty
+from tinykg_train.models.losses import bpr_loss, bpr_loss_of_groups, dot_scores, l2_penalty
 
 EXACT = CompressionConfig(bits=32)  # l2_penalty's op is then x.pow(2).sum()
 
@@ -16,6 +16,52 @@ def test_bpr_loss_is_minus_log_sigmoid_of_the_margin():
     u, i, j = (torch.randn(64, 8) * 3 for _ in range(3))  # large margins: softplus stays stable
     expected = -F.logsigmoid((u * i).sum(1) - (u * j).sum(1)).mean()
     torch.testing.assert_close(bpr_loss(u, i, j, config=CompressionConfig()), expected)
+
+
+def test_bpr_loss_of_groups_adds_the_groups_margins():
+    torch.manual_seed(0)
+    u, i, j = (torch.randn(64, 12) * 3 for _ in range(3))
+    config = CompressionConfig()
+    one = bpr_loss_of_groups([(u, i, j)], config=config)
+    assert torch.equal(one, bpr_loss(u, i, j, config=config))  # one group: bit for bit
+    groups = [(u[:, :5], i[:, :5], j[:, :5]), (u[:, 5:], i[:, 5:], j[:, 5:])]
+    torch.testing.assert_close(bpr_loss_of_groups(groups, config=config), one)
+
+
+def test_a_group_of_parameter_rows_is_scored_exactly_beside_a_quantized_one():
+    """Rows of a table in their own group are saved as their indices: the table's gradient through
+    them is the exact one, while the computed group beside them is rounded at 2 bits."""
+    torch.manual_seed(0)
+    table = torch.nn.Parameter(torch.randn(50, 8))
+    computed = torch.randn(50, 8, requires_grad=True)
+    index = torch.randint(0, 50, (3, 64))
+    config = CompressionConfig(bits=2, score_bits=2)
+
+    def gradients(compressed: bool, concatenated: bool = False):
+        table.grad = computed.grad = None
+        hooks = (
+            compress_saved_tensors(config)
+            if compressed
+            else torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t)
+        )
+        with hooks:
+            rows = [table.index_select(0, ix) for ix in index]
+            others = [(computed * 1.0).index_select(0, ix) for ix in index]
+            groups = [tuple(rows), tuple(others)]
+            if concatenated:  # one group: the table's rows quantized with the rest
+                groups = [tuple(torch.cat(pair, dim=1) for pair in zip(rows, others, strict=True))]
+            loss = bpr_loss_of_groups(groups, config=config if compressed else EXACT)
+            loss.backward()
+        return table.grad.clone(), computed.grad.clone()
+
+    exact_table, exact_computed = gradients(compressed=False)
+    table_grad, computed_grad = gradients(compressed=True)
+    # the table's rows were read exactly; their partners (the computed group) are not part of
+    # the table's gradient: d margin / d u_rows = pos_rows - neg_rows, all rows of the table
+    torch.testing.assert_close(table_grad, exact_table, rtol=1e-5, atol=1e-7)
+    assert not torch.allclose(computed_grad, exact_computed, rtol=1e-2, atol=1e-4)
+    concatenated_table, _ = gradients(compressed=True, concatenated=True)
+    assert not torch.allclose(concatenated_table, exact_table, rtol=1e-2, atol=1e-4)
 
 
 def test_l2_penalty_is_half_the_squared_norms_per_row():

@@ -177,17 +177,20 @@ def test_blocked_training_is_the_previous_code_bit_for_bit(
         reference = run(tiny_dataset, make_config, model_name, bits, steps=3, blocks=None)
     for blocks in (None, TINY_BLOCK):
         losses, grads, weights = run(tiny_dataset, make_config, model_name, bits, 3, blocks)
+        same_weights = same = torch.equal
         if model_name == "kgat" and bits < 32 and blocks is not None:
             same = functools.partial(torch.allclose, rtol=1e-4, atol=1e-7)
-        else:
-            same = torch.equal
+            # Adam divides each gradient element by its own running scale, so an element whose
+            # gradient is near zero moves up to lr per step whatever its size: a sum's order can
+            # move such a weight by far more than 1e-4 of itself (8e-6 seen, lr 0.01)
+            same_weights = functools.partial(torch.allclose, rtol=1e-4, atol=1e-4)
         assert same(losses[0], reference[0][0]), blocks
         assert grads.keys() == reference[1].keys()
         for name, grad in grads.items():
             assert same(grad, reference[1][name]), (blocks, name)
         assert all(same(a, b) for a, b in zip(losses, reference[0], strict=True)), blocks
         for name, weight in weights.items():
-            assert same(weight, reference[2][name]), (blocks, name)
+            assert same_weights(weight, reference[2][name]), (blocks, name)
 
 
 def test_tiny_blocks_really_cut_the_graph_into_many(tiny_dataset, make_config, monkeypatch):

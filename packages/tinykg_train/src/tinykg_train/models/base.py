@@ -27,7 +27,7 @@ from tinykg_train.compress.modules import CompressedModule
 from tinykg_train.compress.modules import set_compression as set_compression_in
 from tinykg_train.errors import ConfigError, TinyKGError
 from tinykg_train.model_defaults import knob
-from tinykg_train.models.losses import bpr_loss, l2_penalty
+from tinykg_train.models.losses import bpr_loss, bpr_loss_of_groups, l2_penalty
 from tinykg_train.models.rows import ParameterRows, Rows
 
 
@@ -198,6 +198,15 @@ class EmbeddingRecommender(Recommender):
             ops.embedding(item_vectors, neg_items, config=config),
         )
 
+    def batch_vector_groups(
+        self, users: torch.Tensor, pos_items: torch.Tensor, neg_items: torch.Tensor
+    ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """`batch_vectors` as groups of columns, `[(users, pos, neg), ...]`, whose score margins
+        add up to the batch's (`bpr_loss_of_groups`). One group here; a model whose final vectors
+        concatenate rows of a parameter with computed columns (KGAT) puts those rows in a group of
+        their own, so the scores save them as indices, exact, instead of quantizing them."""
+        return [self.batch_vectors(users, pos_items, neg_items)]
+
     def local_propagate(self, graph, rows: Rows) -> tuple[torch.Tensor, torch.Tensor, tuple]:
         """The local path's `propagate`: `(user vectors, item vectors, (user index, positive
         index, negative index))`, the batch's rows found at those indices of the two."""
@@ -230,8 +239,8 @@ class EmbeddingRecommender(Recommender):
         # complete (gathered after, it ran first and was held through the whole propagation's
         # backward: one more [nodes, dim] at a whole-graph step's peak).
         ego = self.ego_embeddings(users, pos_items, neg_items) if self.l2 > 0 else None
-        u, pos, neg = self.batch_vectors(users, pos_items, neg_items)
-        loss = bpr_loss(u, pos, neg, config=self.compression)
+        groups = self.batch_vector_groups(users, pos_items, neg_items)
+        loss = bpr_loss_of_groups(groups, config=self.compression)
         if ego is not None:
             loss = loss + self.l2 * l2_penalty(ego, config=self.compression)
         extra = self.extra_loss()

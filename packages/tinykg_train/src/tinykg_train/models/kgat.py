@@ -231,6 +231,25 @@ class KGAT(EmbeddingRecommender):
         `rows`), so no normalization's whole-graph gradient is made beside it. The same values;
         the same gradients up to the order of their sums (a node's duplicates in the batch, the
         table's parts)."""
+        parts, sizes = self._batch_parts(users, pos_items, neg_items)
+        u, pos, neg = torch.cat(parts, dim=1).split(sizes)
+        return u, pos, neg
+
+    def batch_vector_groups(self, users, pos_items, neg_items):
+        """Compressed, two groups: the ego columns (rows of the table: the scores save them as
+        their indices, exact) and the layers' normalized outputs (quantized at the scores' width).
+        Saved as one concatenation, the ego columns (64 of 176 by default) were quantized with the
+        rest. Uncompressed, FP32's one group (its bits unchanged)."""
+        if not self.compression.enabled:
+            return [self.batch_vectors(users, pos_items, neg_items)]
+        parts, sizes = self._batch_parts(users, pos_items, neg_items)
+        ego = parts[0].split(sizes)
+        propagated = torch.cat(parts[1:], dim=1).split(sizes)
+        return [tuple(ego), tuple(propagated)]
+
+    def _batch_parts(self, users, pos_items, neg_items) -> tuple[list[torch.Tensor], list[int]]:
+        """The batch's rows of the table and of each layer's normalized output, and the three
+        sizes (users, positive, negative items) their rows split into."""
         nodes = torch.cat([users + self.n_entities, pos_items, neg_items])
         x = self.node_embedding
         parts = [x.index_select(0, nodes)]
@@ -243,9 +262,7 @@ class KGAT(EmbeddingRecommender):
                 output_saved_next=depth < len(self.layers),
             )
             parts.append(normalized)
-        sizes = [len(users), len(pos_items), len(neg_items)]
-        u, pos, neg = torch.cat(parts, dim=1).split(sizes)
-        return u, pos, neg
+        return parts, [len(users), len(pos_items), len(neg_items)]
 
     def ego_embeddings(self, users, pos_items, neg_items) -> list[torch.Tensor]:
         nodes = torch.cat([users + self.n_entities, pos_items, neg_items])

@@ -28,12 +28,30 @@ def bpr_loss(
     The margins are saved uncompressed: softplus's gradient is nonlinear in them, so rounding would
     bias it (they are one float per pair).
     """
+    return softplus_mean(-score_margins(users, pos, neg, config=config))
+
+
+def bpr_loss_of_groups(
+    groups: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], *, config: CompressionConfig
+) -> torch.Tensor:
+    """`bpr_loss` of vectors given as groups of their columns, `[(users, pos, neg), ...]`: the
+    margin is the sum of the groups' margins, so each group's factors are saved their own way (a
+    group of rows of a parameter as their indices, exact, where one concatenation of them with
+    computed columns would be quantized whole). One group is `bpr_loss` bit for bit."""
+    margin = score_margins(*groups[0], config=config)
+    for group in groups[1:]:
+        margin = margin + score_margins(*group, config=config)
+    return softplus_mean(-margin)
+
+
+def score_margins(
+    users: torch.Tensor, pos: torch.Tensor, neg: torch.Tensor, *, config: CompressionConfig
+) -> torch.Tensor:
+    """`<u, pos> - <u, neg>` per row, the factors saved per `config.for_scores()`."""
     scores_config = config.for_scores()
     if scores_config.enabled:  # `u` and `pos - neg` saved: two factors, not three
-        margin = ops.score_margin(users, pos, neg, config=scores_config)
-    else:
-        margin = dot_scores(users, pos, config=config) - dot_scores(users, neg, config=config)
-    return softplus_mean(-margin)
+        return ops.score_margin(users, pos, neg, config=scores_config)
+    return dot_scores(users, pos, config=config) - dot_scores(users, neg, config=config)
 
 
 def softplus_mean(x: torch.Tensor) -> torch.Tensor:
