@@ -103,7 +103,7 @@ def test_metrics_json_holds_the_contract_keys(tiny_dataset_dir, tmp_path):
     files = {p.name for p in (tmp_path / "run").iterdir()}
     assert files == {
         "checkpoint.pt", "config.yaml", "metrics.json", "activation_memory.csv",
-        "activation_memory.png",
+        "activation_memory.png", f"best_model_epoch{metrics['best_epoch']}.pt",
     }  # fmt: skip
     table = (tmp_path / "run" / "activation_memory.csv").read_text().splitlines()
     assert table[0] == "module,bytes,share" and table[-1].startswith("total,")

@@ -18,6 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from tinykg_train.allocator import release_freed_memory
+from tinykg_train.best_weights import kept_on_disk, save_best_weights
 from tinykg_train.errors import TinyKGError
 from tinykg_train.memory_breakdown import (
     epoch_start_measured,
@@ -176,6 +177,9 @@ def evaluate_epoch(session: Session, epoch: int, row: dict[str, Any]) -> None:
         valid = evaluate_measured(session, "valid")  # the run's first also measures its memory
         row["eval_seconds"] = time.perf_counter() - start
         row.update(valid)
+        on_disk = kept_on_disk(session)
         row["improved"] = session.state.observe(
-            epoch, valid, session.model, config.patience, config.min_epochs
+            epoch, valid, None if on_disk else session.model, config.patience, config.min_epochs
         )
+        if row["improved"] and on_disk:
+            save_best_weights(session.run, epoch, session.model.state_dict())

@@ -1,7 +1,8 @@
 """The files of one run directory, and atomic writes so a killed run never leaves half a file.
 
 RUN_DIR/
-  checkpoint.pt            last finished epoch: weights, optimizer, RNG states, best weights, history
+  checkpoint.pt            last finished epoch: weights, optimizer, RNG states, history
+  best_model_epochN.pt     the best valid epoch's weights (N: that epoch), tested at the end
   config.yaml              the run's TrainConfig
   metrics.json             final test metrics of the best epoch, histories, memory (written at the end)
   activation_memory.csv    bytes autograd held for backward in one training step, per module
@@ -34,6 +35,10 @@ class RunDir:
     activation_table = property(lambda self: self.path / "activation_memory.csv")
     activation_chart = property(lambda self: self.path / "activation_memory.png")
     mlflow_run = property(lambda self: self.path / "mlflow_run.json")
+
+    def best_model(self, epoch: int) -> Path:
+        """The weights of the best valid epoch `epoch` (`tinykg_train.best_weights`)."""
+        return self.path / f"best_model_epoch{epoch}.pt"
 
     def create(self) -> RunDir:
         self.path.mkdir(parents=True, exist_ok=True)

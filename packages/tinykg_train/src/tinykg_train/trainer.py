@@ -23,6 +23,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from tinykg_train.activation_report import write_activation_chart, write_activation_table
+from tinykg_train.best_weights import drop_older_best_weights, kept_on_disk, load_best_weights
 from tinykg_train.compression_defaults import width_label
 from tinykg_train.config import TrainConfig
 from tinykg_train.device import describe_device, resolve_device
@@ -93,6 +94,8 @@ def run_epoch(session: Session, epoch: int, tracker: Tracker | None = None) -> d
             epoch, {k: v for k, v in row.items() if k not in ("evaluated", "improved")}
         )
     save_session(session)  # after logging: a kill in between re-runs (and re-logs) this epoch
+    if kept_on_disk(session) and state.best_epoch >= 0:
+        drop_older_best_weights(session.run, state.best_epoch)
     return row
 
 
@@ -162,12 +165,16 @@ def finish(
 ) -> dict[str, Any]:
     """Rank the test split with the best epoch's weights; write metrics.json and the memory report."""
     state, run = session.state, session.run
-    if state.best_model is None:
+    if state.best_epoch < 0:
         raise TinyKGError(f"{run.path}: no epoch was evaluated, so there is no best model to test")
+    best = state.best_model
+    if best is None:
+        best = load_best_weights(run, state.best_epoch)
     if session.tables is None:
-        session.model.load_state_dict(state.best_model)
-    else:  # the tables live in `tables` while training; the best epoch's are in best_model
-        session.tables.load_whole_model(state.best_model)
+        session.model.load_state_dict(best)
+    else:  # the tables live in `tables` while training; the best epoch's are in `best`
+        session.tables.load_whole_model(best)
+    del best
     test = session.evaluator.evaluate(session.model, "test")
     result = final_result(session, test, device_label, kernels_since)
     if not is_leader(session):

@@ -33,19 +33,22 @@ class TrainingState:
         self,
         epoch: int,
         valid: dict[str, float],
-        model: torch.nn.Module,
+        model: torch.nn.Module | None,
         patience: int,
         min_epochs: int = 0,
     ) -> bool:
-        """Record one evaluation; keep the weights when valid Recall@20 improved. True if it did.
-        Stops early after `patience` evaluations without gain, but not before `min_epochs` epochs
-        have run (a plateau in the first epochs is not convergence)."""
+        """Record one evaluation; keep a copy of `model`'s weights when valid Recall@20 improved
+        (None: the caller keeps them, `best_weights`). True if it did. Stops early after
+        `patience` evaluations without gain, but not before `min_epochs` epochs have run (a
+        plateau in the first epochs is not convergence)."""
         value = valid[STOP_METRIC]
         if value > self.best_value:
             self.best_value, self.best_epoch, self.best_valid = value, epoch, dict(valid)
-            self.best_model = {
-                k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()
-            }
+            self.best_model = (
+                None
+                if model is None
+                else {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+            )
             self.evals_without_gain = 0
             return True
         self.evals_without_gain += 1

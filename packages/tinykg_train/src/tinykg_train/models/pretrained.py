@@ -2,7 +2,8 @@
 
 The original KGAT code does this by default (`--pretrain -1`: load the MF embeddings, then train
 KGAT): propagation and the KG then refine a good collaborative signal instead of learning it from
-scratch. The run's best weights are used (its last ones when it kept no best).
+scratch. The run's best weights are used (its best_model_epochN.pt beside the checkpoint, or an older
+run's copy inside it), else its last ones.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from pathlib import Path
 
 import torch
 
+from tinykg_train.best_weights import load_best_weights
 from tinykg_train.checkpoint import load_checkpoint
 from tinykg_train.errors import ConfigError
+from tinykg_train.run_dir import RunDir
 
 
 def load_mf_embeddings(
@@ -26,7 +29,11 @@ def load_mf_embeddings(
             f"'pretrained': {checkpoint_path} not found; give a finished `--model bprmf` run dir"
         )
     checkpoint = load_checkpoint(checkpoint_path)
-    weights = (checkpoint.get("state") or {}).get("best_model") or checkpoint.get("model") or {}
+    state, run = checkpoint.get("state") or {}, RunDir(checkpoint_path.parent)
+    weights = state.get("best_model") or checkpoint.get("model") or {}
+    best_epoch = state.get("best_epoch", -1)
+    if not state.get("best_model") and run.best_model(best_epoch).is_file():
+        weights = load_best_weights(run, best_epoch)  # kept beside the checkpoint
     users, items = weights.get("user_embedding"), weights.get("item_embedding")
     if users is None or items is None:
         raise ConfigError(
