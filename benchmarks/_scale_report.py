@@ -242,7 +242,7 @@ def report(
         ingest_table(ingests),
         f"Training: model **{settings['model']}**, each (size, mode) a fresh `python -m pipelines.train` "
         f"child (`--epochs 1 --max-batches-per-epoch {settings['steps']} --threads "
-        f"{settings['threads']} --no-mlflow`, then the valid and test ranking{eval_users_text(settings)}), "
+        f"{settings['threads']} --no-mlflow{sets_text(settings)}`, then the valid and test ranking{eval_users_text(settings)}), "
         f"the modes taking turns at each size. {held}{stopped}",
         results_table(results, sizes, modes),
         "Largest size trained within the limit: "
@@ -256,6 +256,11 @@ def report(
     if figure:
         parts.append(f"![graph size against peak memory per mode]({figure})")
     return "\n\n".join(parts)
+
+
+def sets_text(settings: dict) -> str:
+    """The `--set` settings every child got, as flags (empty when none)."""
+    return "".join(f" --set {setting}" for setting in settings.get("sets") or [])
 
 
 def eval_users_text(settings: dict) -> str:

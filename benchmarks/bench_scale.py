@@ -3,7 +3,7 @@ step time and whether it trains at all within a memory limit.
 
     python -m benchmarks.bench_scale [--sizes 100k,1m,10m,100m] [--modes fp32-whole,int2-whole,
         int2-sampled,int2-partitioned,int2-offloaded] [--model kgat] [--steps 5] [--threads 1]
-        [--memory-limit 16GB] [--device auto|cpu|cuda] [--eval-users 20000]
+        [--memory-limit 16GB] [--device auto|cpu|cuda] [--eval-users 20000] [--set KEY=VALUE ...]
         [--train-epochs N [--train-max-batches N]
         [--train-modes M,M]] [--budget-s S] [--work-dir DIR] [--no-write] [--section-tag TAG]
 
@@ -169,6 +169,8 @@ def train_child(
         "--model", args.model, "--threads", str(args.threads), "--device", args.device,
         "--no-mlflow", *flags, *MODES[mode],
     ]  # fmt: skip
+    for setting in args.set:
+        command += ["--set", setting]
     if args.eval_users:
         command += ["--eval-users", str(args.eval_users)]
     cpu_limit = args.memory_limit if args.device != "cuda" else None
@@ -317,6 +319,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
+    def setting(text: str) -> str:
+        key, sep, value = text.partition("=")
+        if not (sep and key.strip() and value.strip()):
+            raise argparse.ArgumentTypeError(f"expected KEY=VALUE (got {text!r})")
+        return f"{key.strip()}={value.strip()}"
+
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_scale", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--sizes", type=size_list, default=size_list(DEFAULT_SIZES),
@@ -329,6 +337,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--memory-limit", default="16GB",
                         help="peak resident set each training child may reach, e.g. 3GB (default 16GB)")  # fmt: skip
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--set", type=setting, action="append", default=[], metavar="KEY=VALUE",
+                        help="a training setting every child gets (`pipelines.train --set`, e.g. "
+                        "embed_dim=32 for a graph whose tables would not fit); repeatable")  # fmt: skip
     parser.add_argument("--train-epochs", type=int, default=0,
                         help="then train the modes that fit the largest size for N full epochs "
                         "and report their test Recall@20 (default 0: skip)")  # fmt: skip
@@ -394,7 +405,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         figure = f"benchmarks/figures/{name}"
     settings = {"model": args.model, "steps": args.steps, "threads": args.threads,
                 "train_epochs": args.train_epochs, "train_max_batches": args.train_max_batches,
-                "eval_users": args.eval_users, "device": args.device,
+                "eval_users": args.eval_users, "device": args.device, "sets": args.set,
                 "budget_s": f"{args.budget_s:g}",
                 "stopped_by_budget": stopped,
                 "memory_limit": args.memory_limit, "memory_limit_text": args.memory_limit_text}  # fmt: skip

@@ -282,3 +282,26 @@ def test_a_section_tag_writes_its_own_section_and_figure_beside_the_full_one(tmp
     assert "<!-- begin:scale-whole-5k-cpu -->" in text
     assert "scale-whole-5k-cpu.png" in text
     assert (tmp_path / "figures" / "scale-whole-5k-cpu.png").is_file()
+
+
+def test_set_reaches_every_training_child_and_the_report_names_it(tmp_path, monkeypatch):
+    commands = []
+
+    def over_the_limit(command, log, limit):
+        commands.append(command)
+        raise bench_scale.OutOfMemory("resident set over the limit")
+
+    monkeypatch.setattr(bench_scale, "run_child", over_the_limit)
+    args = bench_scale.parse_args(
+        ["--set", "embed_dim=32", "--set", " n_layers = 2", "--device", "cpu", "--no-write"]
+    )
+    assert bench_scale.train("int2-whole", tmp_path, tmp_path / "out", args, 1000)["fits"] is False
+    command = commands[0]
+    assert command[command.index("--set") :][:4] == ["--set", "embed_dim=32", "--set", "n_layers=2"]
+    settings = {"model": "kgat", "steps": 3, "threads": 1, "sets": args.set,
+                "memory_limit_text": "16GB"}  # fmt: skip
+    text = report([], [], ["int2-whole"], settings, None)
+    assert "--no-mlflow --set embed_dim=32 --set n_layers=2`" in text
+    with pytest.raises(SystemExit) as exit_info:
+        bench_scale.parse_args(["--set", "embed_dim"])
+    assert exit_info.value.code == 2
