@@ -242,7 +242,7 @@ def report(
         ingest_table(ingests),
         f"Training: model **{settings['model']}**, each (size, mode) a fresh `python -m pipelines.train` "
         f"child (`--epochs 1 --max-batches-per-epoch {settings['steps']} --threads "
-        f"{settings['threads']} --no-mlflow{sets_text(settings)}`, then the valid and test ranking{eval_users_text(settings)}), "
+        f"{settings['threads']} --no-mlflow`{sets_text(settings)}, then the valid and test ranking{eval_users_text(settings)}), "
         f"the modes taking turns at each size. {held}{stopped}",
         results_table(results, sizes, modes),
         "Largest size trained within the limit: "
@@ -259,8 +259,11 @@ def report(
 
 
 def sets_text(settings: dict) -> str:
-    """The `--set` settings every child got, as flags (empty when none)."""
-    return "".join(f" --set {setting}" for setting in settings.get("sets") or [])
+    """The settings `--set` gave every child (its `--config` file), as the report says them."""
+    sets = settings.get("sets") or []
+    if not sets:
+        return ""
+    return " and a `--config` file of " + ", ".join(f"`{setting}`" for setting in sets)
 
 
 def eval_users_text(settings: dict) -> str:

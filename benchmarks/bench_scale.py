@@ -40,6 +40,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import yaml
+
 from benchmarks._cli import comma_list
 from benchmarks._report import (
     REPO_ROOT,
@@ -169,8 +171,10 @@ def train_child(
         "--model", args.model, "--threads", str(args.threads), "--device", args.device,
         "--no-mlflow", *flags, *MODES[mode],
     ]  # fmt: skip
-    for setting in args.set:
-        command += ["--set", setting]
+    if args.settings:  # TrainConfig fields, read by the child as its --config (flags win)
+        settings = out.parent / f"{out.name}.settings.yaml"
+        settings.write_text(yaml.safe_dump(args.settings))
+        command += ["--config", str(settings)]
     if args.eval_users:
         command += ["--eval-users", str(args.eval_users)]
     cpu_limit = args.memory_limit if args.device != "cuda" else None
@@ -310,7 +314,7 @@ def brief(result: dict) -> str:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    from tinykg_train.config import parse_size
+    from tinykg_train.config import TrainConfig, parse_size
     from tinykg_train.errors import ConfigError
 
     def size_list(text: str) -> list[SizePreset]:
@@ -323,6 +327,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         key, sep, value = text.partition("=")
         if not (sep and key.strip() and value.strip()):
             raise argparse.ArgumentTypeError(f"expected KEY=VALUE (got {text!r})")
+        if key.strip() not in TrainConfig.field_names():
+            raise argparse.ArgumentTypeError(
+                f"{key.strip()!r} is not a training setting; use one of config.yaml's fields "
+                "(e.g. embed_dim)"
+            )
         return f"{key.strip()}={value.strip()}"
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_scale", description=__doc__,
@@ -338,8 +347,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="peak resident set each training child may reach, e.g. 3GB (default 16GB)")  # fmt: skip
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--set", type=setting, action="append", default=[], metavar="KEY=VALUE",
-                        help="a training setting every child gets (`pipelines.train --set`, e.g. "
-                        "embed_dim=32 for a graph whose tables would not fit); repeatable")  # fmt: skip
+                        help="a training setting (a config.yaml field) every child gets, e.g. "
+                        "embed_dim=32 for a graph whose tables would not fit; repeatable")  # fmt: skip
     parser.add_argument("--train-epochs", type=int, default=0,
                         help="then train the modes that fit the largest size for N full epochs "
                         "and report their test Recall@20 (default 0: skip)")  # fmt: skip
@@ -364,6 +373,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         "scale-<device>, so a partial run stands beside the full one")  # fmt: skip
     parser.add_argument("--generate", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    args.settings = {
+        key: yaml.safe_load(value) for key, _, value in (text.partition("=") for text in args.set)
+    }
     args.memory_limit_text = args.memory_limit
     try:
         args.memory_limit = parse_size(args.memory_limit, "--memory-limit")

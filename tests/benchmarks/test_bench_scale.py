@@ -8,8 +8,10 @@ import argparse
 import re
 import sys
 import time
+from pathlib import Path
 
 import pytest
+import yaml
 
 from benchmarks import bench_scale
 from benchmarks._scale_report import (
@@ -293,15 +295,16 @@ def test_set_reaches_every_training_child_and_the_report_names_it(tmp_path, monk
 
     monkeypatch.setattr(bench_scale, "run_child", over_the_limit)
     args = bench_scale.parse_args(
-        ["--set", "embed_dim=32", "--set", " n_layers = 2", "--device", "cpu", "--no-write"]
+        ["--set", "embed_dim=32", "--set", " lr = 0.005", "--device", "cpu", "--no-write"]
     )
     assert bench_scale.train("int2-whole", tmp_path, tmp_path / "out", args, 1000)["fits"] is False
     command = commands[0]
-    assert command[command.index("--set") :][:4] == ["--set", "embed_dim=32", "--set", "n_layers=2"]
-    settings = {"model": "kgat", "steps": 3, "threads": 1, "sets": args.set,
-                "memory_limit_text": "16GB"}  # fmt: skip
-    text = report([], [], ["int2-whole"], settings, None)
-    assert "--no-mlflow --set embed_dim=32 --set n_layers=2`" in text
-    with pytest.raises(SystemExit) as exit_info:
-        bench_scale.parse_args(["--set", "embed_dim"])
-    assert exit_info.value.code == 2
+    settings = yaml.safe_load(Path(command[command.index("--config") + 1]).read_text())
+    assert settings == {"embed_dim": 32, "lr": 0.005}  # read as the child's --config
+    text = report([], [], ["int2-whole"], {"model": "kgat", "steps": 3, "threads": 1,
+                  "sets": args.set, "memory_limit_text": "16GB"}, None)  # fmt: skip
+    assert "--no-mlflow` and a `--config` file of `embed_dim=32`, `lr=0.005`, then" in text
+    for bad in ("embed_dim", "embed_size=32"):
+        with pytest.raises(SystemExit) as exit_info:
+            bench_scale.parse_args(["--set", bad])
+        assert exit_info.value.code == 2
