@@ -11,6 +11,7 @@ import torch
 
 from kg_data import CKG, BPRBatches
 from tinykg_train.compress import ActivationMeter, compress_saved_tensors
+from tinykg_train.compress.gathered import gathered_rows
 from tinykg_train.errors import ConfigError
 from tinykg_train.models import build_model
 from tinykg_train.models.rows import ParameterRows
@@ -109,6 +110,28 @@ def test_every_neighbor_at_2_bits_averages_to_the_whole_graph_gradient(
     averaged = float((draws.mean(0) - exact).norm())
     assert single > 0  # the backward really read compressed activations
     assert averaged < 0.5 * single, (single, averaged)
+
+
+def test_sampled_kgat_scores_its_ego_columns_as_table_rows(tiny_dataset, make_config, ckg):
+    """Compressed, the sampled step splits KGAT's scores as the whole-graph step does: the ego
+    columns read from the table at the batch's nodes (saved as indices, exact), the layers'
+    columns at the seeds; the same vectors as the one concatenation FP32 keeps."""
+    model = make_model("kgat", tiny_dataset, make_config, bits=2, **NO_DROPOUT)
+    batch = first_batch(tiny_dataset)
+    graph = step_graph(model, ckg, batch, (3,) * len(model.layers))
+    rows = ParameterRows(model)
+    with compress_saved_tensors(model.compression):
+        ego, layers = model.local_vector_groups(*batch, graph, rows)
+        user_vectors, item_vectors, at = model.local_propagate(graph, rows)
+        for index, vectors, ego_part, layer_part in zip(
+            at, (user_vectors, item_vectors, item_vectors), ego, layers, strict=True
+        ):
+            joined = torch.cat([ego_part, layer_part], dim=1)
+            assert torch.equal(joined, vectors[index])
+            found = gathered_rows(ego_part)
+            assert found is not None and found.weight is model.node_embedding
+    exact = make_model("kgat", tiny_dataset, make_config, bits=32, **NO_DROPOUT)
+    assert len(exact.local_vector_groups(*batch, graph, ParameterRows(exact))) == 1
 
 
 class CopiedRows:

@@ -27,7 +27,7 @@ from tinykg_train.compress.modules import CompressedModule
 from tinykg_train.compress.modules import set_compression as set_compression_in
 from tinykg_train.errors import ConfigError, TinyKGError
 from tinykg_train.model_defaults import knob
-from tinykg_train.models.losses import bpr_loss, bpr_loss_of_groups, l2_penalty
+from tinykg_train.models.losses import bpr_loss_of_groups, l2_penalty
 from tinykg_train.models.rows import ParameterRows, Rows
 
 
@@ -216,15 +216,26 @@ class EmbeddingRecommender(Recommender):
         """The local path's `ego_embeddings`, read through `rows`."""
         raise NotImplementedError
 
+    def local_vector_groups(
+        self, users, pos_items, neg_items, graph, rows: Rows
+    ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """The local path's `batch_vector_groups`: the batch's rows of `local_propagate`, one
+        group here (KGAT puts its ego columns in a group of their own, as in `loss`)."""
+        config = self.compression
+        user_vectors, item_vectors, (at_user, at_pos, at_neg) = self.local_propagate(graph, rows)
+        return [
+            (
+                ops.embedding(user_vectors, at_user, config=config),
+                ops.embedding(item_vectors, at_pos, config=config),
+                ops.embedding(item_vectors, at_neg, config=config),
+            )
+        ]
+
     def local_loss(self, users, pos_items, neg_items, graph, rows: Rows | None = None):
         """BPR (and the L2 and extra terms) as in `loss`, from a propagation over `graph` only."""
         rows = self.parameter_rows() if rows is None else rows
-        config = self.compression
-        user_vectors, item_vectors, (at_user, at_pos, at_neg) = self.local_propagate(graph, rows)
-        u = ops.embedding(user_vectors, at_user, config=config)
-        pos = ops.embedding(item_vectors, at_pos, config=config)
-        neg = ops.embedding(item_vectors, at_neg, config=config)
-        loss = bpr_loss(u, pos, neg, config=config)
+        groups = self.local_vector_groups(users, pos_items, neg_items, graph, rows)
+        loss = bpr_loss_of_groups(groups, config=self.compression)
         if self.l2 > 0:
             loss = loss + self.l2 * l2_penalty(
                 self.local_ego(users, pos_items, neg_items, rows), config=self.compression

@@ -291,6 +291,24 @@ class KGAT(EmbeddingRecommender):
         return attention / total.index_select(0, target)
 
     def local_propagate(self, graph, rows: Rows):
+        final = torch.cat(self._local_parts(graph, rows), dim=1)
+        return final, final, graph.batch
+
+    def local_vector_groups(self, users, pos_items, neg_items, graph, rows: Rows):
+        """Compressed, `batch_vector_groups`' two groups on the sampled subgraph: the ego columns
+        read from the table at the batch's own nodes (rows of the table: saved as indices, exact,
+        where the concatenation's were quantized), and the layers' columns at the seeds. FP32
+        keeps the one concatenation."""
+        if not self.compression.enabled:
+            return super().local_vector_groups(users, pos_items, neg_items, graph, rows)
+        propagated = torch.cat(self._local_parts(graph, rows)[1:], dim=1)
+        config = self.compression
+        at = graph.batch
+        layers = tuple(ops.embedding(propagated, index, config=config) for index in at)
+        return [tuple(self.local_ego(users, pos_items, neg_items, rows)), layers]
+
+    def _local_parts(self, graph, rows: Rows) -> list[torch.Tensor]:
+        """The seeds' rows of the table and of each layer's normalized output on `graph`."""
         blocks = graph.aux["blocks"]
         # the matrix entries of every block are a prefix of the first block's: one tensor
         entries = blocks[0].values(self.sampled_attention(graph))
@@ -301,8 +319,7 @@ class KGAT(EmbeddingRecommender):
             values = entries[: block.num_entries]
             x, normalized = layer(x[: block.num_sources], block, values, block.num_nodes)
             outputs.append(normalized[:seeds])
-        final = torch.cat(outputs, dim=1)
-        return final, final, graph.batch
+        return outputs
 
     def local_ego(self, users, pos_items, neg_items, rows: Rows) -> list[torch.Tensor]:
         nodes = torch.cat([users + self.n_entities, pos_items, neg_items])
