@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tinykg_train.compress import ActivationMeter, CompressionConfig, compress_saved_tensors
-from tinykg_train.models.sparse import CSRGraph
+from tinykg_train.models.sparse import CSRGraph, _entry_keys
 
 
 def dense(edge_index, weight, num_nodes, num_sources):
@@ -118,3 +118,17 @@ def test_gathered_rows_are_the_product_s_rows_bit_for_bit(backend, monkeypatch):
         assert torch.equal(got, graph.rows(x, values, start, stop))
         ids = asked[-1]
         assert torch.equal(ids, torch.unique(graph.col[graph.crow[start] : graph.crow[stop]]))
+
+
+def test_entry_keys_are_torch_uniques_keys_and_inverse():
+    """The CSR's entries: the distinct (target, source) keys ascending and each edge's position
+    among them, as `torch.unique(..., return_inverse=True)` gives them (unsorted edges, repeats)."""
+    gen = torch.Generator().manual_seed(0)
+    edge_index = torch.randint(0, 50, (2, 3000), generator=gen, dtype=torch.int32)
+    keys, slot = _entry_keys(edge_index, num_sources=50)
+    expected_keys, expected_slot = torch.unique(
+        edge_index[1].long() * 50 + edge_index[0].long(), return_inverse=True
+    )
+    assert len(keys) < 2500  # repeats were merged
+    assert torch.equal(keys, expected_keys)
+    assert slot.dtype == torch.int32 and torch.equal(slot.long(), expected_slot)

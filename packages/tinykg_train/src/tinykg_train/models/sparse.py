@@ -49,12 +49,12 @@ class CSRGraph(nn.Module):
         super().__init__()
         self.num_nodes = int(num_nodes)
         self.num_sources = int(num_sources if num_sources is not None else num_nodes)
-        source, target = edge_index[0].long(), edge_index[1].long()
-        keys, slot = torch.unique(target * self.num_sources + source, return_inverse=True)
+        keys, slot = _entry_keys(edge_index, self.num_sources)
         rows, cols = keys // self.num_sources, keys % self.num_sources
+        del keys
         self.index_dtype = (
             torch.int32
-            if max(len(keys), num_nodes, self.num_sources) < INT32_LIMIT
+            if max(len(cols), num_nodes, self.num_sources) < INT32_LIMIT
             else torch.int64
         )
         self.register_buffer("slot", slot.to(self.index_dtype), persistent=False)
@@ -221,6 +221,26 @@ class _CSRMatmul(torch.autograd.Function):
             return None, None, None
         order, crow_t, col_t = ctx.graph.transposed()
         return csr_matmul(crow_t, col_t, values[order], grad), None, None
+
+
+def _entry_keys(edge_index: torch.Tensor, num_sources: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The distinct `target * num_sources + source` keys of the edges, ascending, and each edge's
+    position among them: `torch.unique(keys, return_inverse=True)`'s values, built with a third
+    of its memory. The keys are made in place in one int64 tensor (not from two int64 copies of
+    the ends), sorted once, and the positions counted as int32 while they fit: on the 10M-triple
+    graph (20M edges) the CSR build took 780 MiB above what it started with through
+    `torch.unique`, and set the process's peak before training began."""
+    keys = edge_index[1].to(torch.int64, copy=True)
+    keys.mul_(num_sources).add_(edge_index[0])
+    keys, order = torch.sort(keys)
+    first = torch.ones(keys.shape, dtype=torch.bool, device=keys.device)
+    torch.ne(keys[1:], keys[:-1], out=first[1:])
+    position_dtype = torch.int32 if len(keys) < INT32_LIMIT else torch.int64
+    positions = torch.cumsum(first, 0, dtype=position_dtype).sub_(1)
+    slot = torch.empty_like(positions)
+    slot[order] = positions
+    del order, positions
+    return keys[first], slot
 
 
 def _crow(rows: torch.Tensor, num_rows: int) -> torch.Tensor:
