@@ -208,10 +208,13 @@ def test_sparse_adam_differs_from_the_dense_adam_of_plain_sampled_training(
 ):
     """What the equivalence is not: dense Adam moves rows a step did not read (momentum), so plain
     sampled training is another optimizer than the row tables, not the same numbers."""
-    plain = train(run_config(tiny_dataset_dir, tmp_path / "plain", epochs=1))
-    rows = train(run_config(tiny_dataset_dir, tmp_path / "rows", epochs=1, sparse_adam=True))
-    # four INT2 steps with dropout: over seeds 0-3 the two read 0.97-1.06 of each other
-    assert plain["train_loss"][0] == pytest.approx(rows["train_loss"][0], rel=0.1)
+    # at 32 bits, so that only the optimizers differ (INT2's rounding draws move four steps'
+    # losses by a few percent on their own)
+    plain = train(run_config(tiny_dataset_dir, tmp_path / "plain", epochs=1, bits=32))
+    rows = train(
+        run_config(tiny_dataset_dir, tmp_path / "rows", epochs=1, bits=32, sparse_adam=True)
+    )
+    assert plain["train_loss"][0] == pytest.approx(rows["train_loss"][0], rel=0.05)
     assert plain["train_loss"] != rows["train_loss"] and "row_tables" not in plain
 
 
