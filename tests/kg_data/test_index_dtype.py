@@ -7,7 +7,13 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from kg_data.index_dtype import INT32_MAX, narrow_index, narrowest_index_dtype, search_sorted
+from kg_data.index_dtype import (
+    INT32_MAX,
+    narrow_codes,
+    narrow_index,
+    narrowest_index_dtype,
+    search_sorted,
+)
 
 
 @pytest.mark.parametrize(
@@ -31,6 +37,17 @@ def test_narrow_index_keeps_the_values_and_chooses_by_the_maximum():
     assert narrow_index(np.empty(0, np.int64)).dtype == np.int32
     wide = np.arange(4, dtype=np.int64).reshape(2, 2)
     assert narrow_index(wide).shape == (2, 2)
+
+
+@pytest.mark.parametrize(
+    ("top", "dtype"),
+    [(0, np.int8), (127, np.int8), (128, np.int16), (32_767, np.int16), (32_768, np.int32),
+     (INT32_MAX, np.int32), (INT32_MAX + 1, np.int64)],
+)  # fmt: skip
+def test_narrow_codes_takes_the_narrowest_type_that_holds_the_largest_code(top, dtype):
+    codes = np.array([top, 0, top // 2], np.int64)
+    narrow = narrow_codes(codes)
+    assert narrow.dtype == dtype and narrow.tolist() == codes.tolist()
 
 
 @pytest.mark.parametrize("side", ["left", "right"])

@@ -131,10 +131,10 @@ def test_same_seed_same_sample_and_different_seed_differs(ckg):
 
 @pytest.mark.parametrize("relations", [None, {r: [3, 1] for r in range(4)}])
 def test_a_narrowed_ckg_gives_the_same_subgraphs_with_the_same_dtypes(ckg, relations):
-    """`CKG.narrowed()` keeps its edge arrays at int32; a sampler over it draws what one over the
-    int64 arrays draws, and hands back the same int64 arrays."""
+    """`CKG.narrowed()` keeps its neighbors at int32 and its relation ids at int8; a sampler over
+    it draws what one over the int64 arrays draws, and hands back the same int64 arrays."""
     narrow = ckg.narrowed()
-    assert narrow.indices.dtype == np.int32 and narrow.relation.dtype == np.int32
+    assert narrow.indices.dtype == np.int32 and narrow.relation.dtype == np.int8
     assert ckg.indices.dtype == np.int64  # the original is left as it is
     seeds = seeds_of(ckg, 48, 7)
     wide = NeighborSampler(ckg, [4, 3], seed=2, relations=relations).sample(seeds)

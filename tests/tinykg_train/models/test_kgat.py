@@ -41,6 +41,13 @@ def reference_attention(model: KGAT, dataset) -> torch.Tensor:
     return attention
 
 
+def test_edge_index_is_the_ckgs_edges_in_the_datasets_order(kgat, tiny_dataset):
+    """Rebuilt from the CSR and the edge order (the graph keeps no edge -> entry map of its own)."""
+    assert kgat.graph.slot is None
+    edges = ckg_edges(tiny_dataset).edge_index
+    assert torch.equal(kgat.edge_index.long(), edges.long())
+
+
 def test_attention_is_the_papers_formula_normalised_per_head(kgat, tiny_dataset):
     torch.testing.assert_close(
         kgat.attention, reference_attention(kgat, tiny_dataset), rtol=1e-4, atol=1e-6
@@ -86,7 +93,9 @@ def test_attention_is_refreshed_from_the_current_weights(kgat, tiny_dataset, tra
         kgat.attention, reference_attention(kgat, tiny_dataset), rtol=1e-4, atol=1e-6
     )
     # The propagation reads the merged CSR entries of the same attention.
-    torch.testing.assert_close(kgat.attention_entries, kgat.graph.values(kgat.attention))
+    tails, heads = kgat.edge_index.long()
+    merged = torch.sparse_coo_tensor(torch.stack([heads, tails]), kgat.attention).coalesce()
+    torch.testing.assert_close(kgat.attention_entries, merged.values())  # (row, col) order
 
 
 def test_scoring_refreshes_the_attention_first(kgat, tiny_dataset, train):
@@ -261,7 +270,8 @@ def test_a_whole_graph_session_drops_the_per_edge_attention_a_sampled_one_keeps(
     model.refresh_attention()
     kept.refresh_attention()
     assert model.attention is None and model.edges_by_relation is None
-    assert model.graph.slot is None and kept.graph.slot is not None  # the edge -> entry map too
+    # no session keeps the graph's edge -> entry map: the edge order holds it
+    assert model.graph.slot is None and kept.graph.slot is None
     assert torch.equal(model.attention_entries, kept.attention_entries)
     # the KG phase's user-item draws read the entries in relation order: the same pairs
     for m in (model, kept):
@@ -273,7 +283,7 @@ def test_a_whole_graph_session_drops_the_per_edge_attention_a_sampled_one_keeps(
     assert all((u, i) in pairs for u, i in zip(users.tolist(), items.tolist(), strict=True))
     with pytest.raises(RuntimeError, match="dropped for whole-graph training"):
         model.sampled_attention(None)
-    with pytest.raises(RuntimeError, match=r"edge -> entry map was dropped \(forget_edges\)"):
+    with pytest.raises(RuntimeError, match="edge order was dropped for whole-graph training"):
         _ = model.edge_index
 
 

@@ -114,6 +114,9 @@ class KGAT(EmbeddingRecommender):
             "entries_by_relation", self.graph.slot.index_select(0, order), persistent=False
         )
         self.register_buffer("edges_by_relation", order, persistent=False)
+        # the two orders above hold the edge -> entry map (`edge_index` rebuilds it on request):
+        # no session keeps the graph's own copy (704 MiB at 176M edges)
+        self.graph.forget_edges()
         self.register_buffer("attention", torch.empty(edges.num_edges), persistent=False)
         self.register_buffer(
             "attention_entries", torch.empty(self.graph.num_entries), persistent=False
@@ -123,8 +126,15 @@ class KGAT(EmbeddingRecommender):
     @property
     def edge_index(self) -> torch.Tensor:
         """Every CKG edge `[2, E]` (sources, targets), in the dataset's order, made on request
-        from the CSR (not kept: 153 MiB at 20M edges)."""
-        return torch.stack(self.graph.edge_ends(entry_rows=self.graph.entry_rows()))
+        from the CSR and the edge order (not kept: 153 MiB at 20M edges)."""
+        if self.edges_by_relation is None:
+            raise RuntimeError(
+                "KGAT's edge order was dropped for whole-graph training (on_whole_graph_training): "
+                "build the model anew to read its edges"
+            )
+        entries = torch.empty_like(self.entries_by_relation)  # each edge's entry, in edge order
+        entries[self.edges_by_relation.long()] = self.entries_by_relation
+        return torch.stack(self.graph.entry_ends(entries, self.graph.entry_rows()))
 
     # -- attention ---------------------------------------------------------------------------------
 
@@ -138,12 +148,11 @@ class KGAT(EmbeddingRecommender):
 
     def on_whole_graph_training(self) -> None:
         """Whole-graph steps read the attention's matrix entries only. What only sampled steps
-        read goes: the per-edge attention, the edge order and the graph's edge -> entry map
-        (three `[edges]` tensors, 200 MiB at 17.5M edges, where `entries_by_relation`, kept in
-        every session, added 67); each refresh scores into a temporary."""
+        read goes: the per-edge attention and the edge order (two `[edges]` tensors, 134 MiB at
+        17.5M edges, where `entries_by_relation`, kept in every session, adds 67); each refresh
+        scores into a temporary."""
         self.attention = None
         self.edges_by_relation = None
-        self.graph.forget_edges()
 
     @torch.no_grad()
     def prepare_scoring(self, users: torch.Tensor | None = None) -> None:
