@@ -48,6 +48,18 @@ def test_views_of_embedding_rows_are_rebuilt_as_the_same_views():
             assert stored.decode().stride() == piece.stride()
 
 
+def test_a_few_rows_too_small_to_quantize_are_still_stored_as_indices():
+    """Kept as they are, they would hold the storage of the whole gather they are a view of."""
+    table, index = table_and_index()
+    config = CompressionConfig(bits=2, min_numel=4096)
+    few = table.index_select(0, index)[:4]  # 256 elements, under min_numel
+    stored = compress(few, config)
+    assert isinstance(stored, Gathered) and torch.equal(stored.decode(), few)
+    computed = few * 2  # not rows of a parameter: kept as it is
+    assert compress(computed, config) is computed
+    assert compress(few, CompressionConfig(bits=32)) is few  # compression off
+
+
 def test_a_view_rebuilds_only_the_rows_it_reaches():
     table, index = table_and_index()
     middle = table.index_select(0, index).chunk(3)[1]  # rows 167..333 of 500

@@ -246,6 +246,25 @@ def test_a_sampled_step_holds_a_fraction_of_the_whole_graph_activations(
     assert 0 < held["sampled"] * 4 < held["whole"], held
 
 
+@pytest.mark.parametrize("bits", [32, 2])
+def test_a_sampled_kgat_step_gathers_its_table_once(bits, tiny_dataset, make_config, ckg):
+    """The subgraph's rows, the scored ego rows and the L2 penalty's come from one gather of the
+    node table, so backward makes one table-sized gradient: with a gather each, two of them were
+    live at once while autograd added them (a dense table more at a sampled step's peak)."""
+    from tinykg_train.memory import allocation_peak
+
+    model = make_model("kgat", tiny_dataset, make_config, bits=bits, embed_dim=64)
+    assert model.l2 > 0
+    batch = first_batch(tiny_dataset, 8)
+    graph = step_graph(model, ckg, batch, (2, 2))
+    with compress_saved_tensors(model.compression):
+        loss = model.local_loss(*batch, graph)
+    with allocation_peak(torch.device("cpu")) as window:
+        loss.backward()
+    table = model.node_embedding.numel() * 4
+    assert table <= window.peak_bytes < 1.5 * table, (window.peak_bytes, table)
+
+
 def test_sampled_subgraphs_follow_each_models_edges(tiny_dataset, make_config, ckg):
     batch = first_batch(tiny_dataset, 32)
     relations = {}

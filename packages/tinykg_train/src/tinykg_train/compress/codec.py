@@ -356,13 +356,17 @@ def compress(
     however many ops save it; one already stored wider (an L2-normalized output, kept at
     `normalize_bits`) serves the ops that save it at fewer bits.
     """
-    if tensor is None or not worth_compressing(tensor, config) or stack.is_persistent(tensor):
+    if tensor is None or not config.enabled or stack.is_persistent(tensor):
         return tensor
     # the tensor's scope-cache key, made once for every lookup below
     key = stack.tensor_key(tensor) if stack.active() else None
-    rows = gathered_rows(tensor, key=key)
-    if rows is not None:  # rows of a parameter: their indices rebuild them exactly
+    # rows of a parameter: their indices rebuild them exactly, at any size (a few rows kept as
+    # they are would hold their whole gather's storage when they are a view of it)
+    rows = gathered_rows(tensor, key=key) if tensor.is_floating_point() else None
+    if rows is not None:
         return rows
+    if not worth_compressing(tensor, config):
+        return tensor
     # a projection that would keep every column is none: such a linear input shares the kind (and
     # the stored copy) of the same tensor saved by any other op
     project = project and _projected_dim(tensor, config) is not None

@@ -64,7 +64,8 @@ class CompressionConfig:
       (`for_scores`); 32 keeps them exact. Only ops given `for_scores()` use it.
     - `normalize_bits`: the least width of the outputs `ops.l2_normalize` saves
       (`for_normalized`); 32 keeps them exact.
-    - `min_numel`: tensors with fewer elements are saved as they are.
+    - `min_numel`: tensors with fewer elements are saved as they are (rows of a parameter are
+      still saved as their indices).
     - `stochastic`: stochastic rounding (unbiased gradients); False rounds to nearest, which is
       biased (an ablation and the control of the unbiasedness tests).
     """

@@ -231,15 +231,23 @@ class EmbeddingRecommender(Recommender):
             )
         ]
 
+    def local_groups_and_ego(
+        self, users, pos_items, neg_items, graph, rows: Rows
+    ) -> tuple[list[tuple[torch.Tensor, ...]], list[torch.Tensor] | None]:
+        """`local_vector_groups` and the batch's ego rows of the L2 penalty (None without one). A
+        model may read both in one gather of its table (KGAT): each gather's gradient is a dense
+        table-sized tensor, and two of them are live at once while autograd adds them."""
+        groups = self.local_vector_groups(users, pos_items, neg_items, graph, rows)
+        ego = self.local_ego(users, pos_items, neg_items, rows) if self.l2 > 0 else None
+        return groups, ego
+
     def local_loss(self, users, pos_items, neg_items, graph, rows: Rows | None = None):
         """BPR (and the L2 and extra terms) as in `loss`, from a propagation over `graph` only."""
         rows = self.parameter_rows() if rows is None else rows
-        groups = self.local_vector_groups(users, pos_items, neg_items, graph, rows)
+        groups, ego = self.local_groups_and_ego(users, pos_items, neg_items, graph, rows)
         loss = bpr_loss_of_groups(groups, config=self.compression)
         if self.l2 > 0:
-            loss = loss + self.l2 * l2_penalty(
-                self.local_ego(users, pos_items, neg_items, rows), config=self.compression
-            )
+            loss = loss + self.l2 * l2_penalty(ego, config=self.compression)
         extra = self.extra_loss()
         return loss if extra is None else loss + extra
 

@@ -300,7 +300,7 @@ class KGAT(EmbeddingRecommender):
         return attention / total.index_select(0, target)
 
     def local_propagate(self, graph, rows: Rows):
-        final = torch.cat(self._local_parts(graph, rows), dim=1)
+        final = torch.cat(self._local_parts(graph, rows("node_embedding", graph.node)), dim=1)
         return final, final, graph.batch
 
     def local_vector_groups(self, users, pos_items, neg_items, graph, rows: Rows):
@@ -308,20 +308,36 @@ class KGAT(EmbeddingRecommender):
         read from the table at the batch's own nodes (rows of the table: saved as indices, exact,
         where the concatenation's were quantized), and the layers' columns at the seeds. FP32
         keeps the one concatenation."""
-        if not self.compression.enabled:
-            return super().local_vector_groups(users, pos_items, neg_items, graph, rows)
-        propagated = torch.cat(self._local_parts(graph, rows)[1:], dim=1)
-        config = self.compression
-        at = graph.batch
-        layers = tuple(ops.embedding(propagated, index, config=config) for index in at)
-        return [tuple(self.local_ego(users, pos_items, neg_items, rows)), layers]
+        return self.local_groups_and_ego(users, pos_items, neg_items, graph, rows)[0]
 
-    def _local_parts(self, graph, rows: Rows) -> list[torch.Tensor]:
-        """The seeds' rows of the table and of each layer's normalized output on `graph`."""
+    def local_groups_and_ego(self, users, pos_items, neg_items, graph, rows: Rows):
+        """The groups and the L2 penalty's ego rows from one gather of the node table (the
+        subgraph's nodes, then the batch's): one table-sized gradient in backward, not three
+        (1.5 GiB less at a sampled step's peak on the 100M graph's 32-wide table)."""
+        nodes = torch.cat([graph.node, users + self.n_entities, pos_items, neg_items])
+        gathered = rows("node_embedding", nodes)
+        x, ego = gathered.split([graph.num_nodes, len(nodes) - graph.num_nodes])
+        ego = list(ego.chunk(3))
+        parts = self._local_parts(graph, x)
+        if self.compression.enabled:
+            propagated = torch.cat(parts[1:], dim=1)
+            layers = tuple(
+                ops.embedding(propagated, index, config=self.compression) for index in graph.batch
+            )
+            groups = [tuple(ego), layers]
+        else:
+            final = torch.cat(parts, dim=1)
+            groups = [
+                tuple(ops.embedding(final, index, config=self.compression) for index in graph.batch)
+            ]
+        return groups, (ego if self.l2 > 0 else None)
+
+    def _local_parts(self, graph, x: torch.Tensor) -> list[torch.Tensor]:
+        """The seeds' rows of the table (`x`: the rows of `graph.node`) and of each layer's
+        normalized output on `graph`."""
         blocks = graph.aux["blocks"]
         # the matrix entries of every block are a prefix of the first block's: one tensor
         entries = blocks[0].values(self.sampled_attention(graph))
-        x = rows("node_embedding", graph.node)
         seeds = graph.num_seeds
         outputs = [x[:seeds]]
         for layer, block in zip(self.layers, blocks, strict=True):
