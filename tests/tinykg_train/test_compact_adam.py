@@ -46,6 +46,29 @@ def test_parameters_outside_rowwise_groups_get_torch_adams_bits():
     assert torch.equal(weight, twin)
 
 
+def test_the_float32_update_makes_its_denominator_a_block_at_a_time(monkeypatch):
+    """Torch's bits across several blocks (the last one short), and the step's temporaries are a
+    block's: a parameter-sized denominator would peak at the table's bytes."""
+    from tinykg_train.memory import allocation_peak
+
+    monkeypatch.setattr(compact_adam, "BLOCK_ELEMENTS", 64)
+    weight = torch.nn.Parameter(torch.randn(41, 8))  # 328 elements: 5 blocks and 8 left over
+    twin = torch.nn.Parameter(weight.detach().clone())
+    grads = gradients((41, 8), 5)
+    train(torch.optim.Adam([weight], lr=0.01), weight, grads)
+    train(CompactAdam([twin], lr=0.01), twin, grads)
+    assert torch.equal(weight, twin)
+
+    monkeypatch.setattr(compact_adam, "BLOCK_ELEMENTS", 1024)
+    table = torch.nn.Parameter(torch.randn(4096, 16))  # 256 KiB
+    optimizer = CompactAdam([table], lr=0.01)
+    table.grad = torch.randn_like(table)
+    optimizer.step()  # the moments are made here
+    with allocation_peak(torch.device("cpu")) as window:
+        optimizer.step()
+    assert window.peak_bytes <= 4 * 1024 * 4, window.peak_bytes  # a few blocks' floats at most
+
+
 def test_rounding_to_bfloat16_is_unbiased_between_the_two_neighbours():
     generator = torch.Generator().manual_seed(3)
     for value in (1.0 + 2**-9, -(3.0 + 2**-8 + 2**-10), 1e-30 * (1 + 2**-9)):

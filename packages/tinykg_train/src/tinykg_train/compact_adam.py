@@ -14,8 +14,8 @@ stall on updates smaller than half a bfloat16 step, as round-to-nearest would le
 0.999 adds 0.1% a step) and stored as its int16 bits, so that `Optimizer.load_state_dict` (which
 casts every state tensor of a float parameter to its dtype) can be undone exactly. The update runs
 a block of rows at a time, so its float32 temporaries stay small beside the table. Other
-parameters ("float32" groups) get Adam's own arithmetic, bit for bit, with one parameter-sized
-temporary for the denominator (torch's one-tensor step makes two on the CPU).
+parameters ("float32" groups) get Adam's own arithmetic, bit for bit, the denominator made a block
+at a time too (torch's one-tensor step makes two parameter-sized temporaries on the CPU).
 
 It is the run's optimizer at every `--adam-state` (`session.dense_optimizer`), also the default
 float32 one: torch's own Adam loads torch's compiler on its first step (`eager_optimizer`).
@@ -168,14 +168,25 @@ def _init_state(state: dict, p: torch.Tensor, kind: str) -> None:
 
 
 def _adam_update(p, state, group, step: int) -> None:
-    """torch.optim.Adam's update (no weight decay, no amsgrad), its bits; the denominator is
-    divided in place, one temporary where torch's one-tensor step makes two."""
+    """torch.optim.Adam's update (no weight decay, no amsgrad), its bits. The moments are updated
+    in place; the denominator is made `BLOCK_ELEMENTS` at a time, so its temporary stays small
+    where torch's one-tensor step makes two parameter-sized ones (305 MiB each for KGAT's node
+    table at 10M triples + interactions: a sampled step's peak was this update's)."""
     beta1, beta2 = group["betas"]
     grad, exp_avg, exp_avg_sq = p.grad, state["exp_avg"], state["exp_avg_sq"]
     exp_avg.lerp_(grad, 1 - beta1)
     exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-    denom = exp_avg_sq.sqrt().div_(math.sqrt(1 - beta2**step)).add_(group["eps"])
-    p.addcdiv_(exp_avg, denom, value=-group["lr"] / (1 - beta1**step))
+    root_correction, step_size = math.sqrt(1 - beta2**step), -group["lr"] / (1 - beta1**step)
+    tensors = (p, exp_avg, exp_avg_sq)
+    if not all(t.is_contiguous() for t in tensors):
+        denom = exp_avg_sq.sqrt().div_(root_correction).add_(group["eps"])
+        p.addcdiv_(exp_avg, denom, value=step_size)
+        return
+    weights, first, second = (t.view(-1) for t in tensors)
+    for start in range(0, weights.numel(), BLOCK_ELEMENTS):
+        block = slice(start, start + BLOCK_ELEMENTS)
+        denom = second[block].sqrt().div_(root_correction).add_(group["eps"])
+        weights[block].addcdiv_(first[block], denom, value=step_size)
 
 
 def moment_bytes(parameter: torch.Tensor, state: str) -> int:
