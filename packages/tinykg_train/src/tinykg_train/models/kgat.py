@@ -319,17 +319,14 @@ class KGAT(EmbeddingRecommender):
         x, ego = gathered.split([graph.num_nodes, len(nodes) - graph.num_nodes])
         ego = list(ego.chunk(3))
         parts = self._local_parts(graph, x)
+
+        def batch_rows(vectors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return tuple(ops.embedding(vectors, at, config=self.compression) for at in graph.batch)
+
         if self.compression.enabled:
-            propagated = torch.cat(parts[1:], dim=1)
-            layers = tuple(
-                ops.embedding(propagated, index, config=self.compression) for index in graph.batch
-            )
-            groups = [tuple(ego), layers]
+            groups = [tuple(ego), batch_rows(torch.cat(parts[1:], dim=1))]
         else:
-            final = torch.cat(parts, dim=1)
-            groups = [
-                tuple(ops.embedding(final, index, config=self.compression) for index in graph.batch)
-            ]
+            groups = [batch_rows(torch.cat(parts, dim=1))]
         return groups, (ego if self.l2 > 0 else None)
 
     def _local_parts(self, graph, x: torch.Tensor) -> list[torch.Tensor]:
