@@ -115,7 +115,7 @@ class KGAT(EmbeddingRecommender):
         )
         self.register_buffer("edges_by_relation", order, persistent=False)
         # the two orders above hold the edge -> entry map (`edge_index` rebuilds it on request):
-        # no session keeps the graph's own copy (704 MiB at 176M edges)
+        # no session keeps the graph's own copy (671 MiB at 176M edges)
         self.graph.forget_edges()
         self.register_buffer("attention", torch.empty(edges.num_edges), persistent=False)
         self.register_buffer(
