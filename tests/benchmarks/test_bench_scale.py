@@ -189,7 +189,8 @@ def test_tiny_run_of_two_modes_reports_both_a_full_training_and_leaves_benchmark
     assert "| size | fp32-whole | int2-sampled |" in out
     cell = r"[\d,]+ MiB / [\d.]+ s / fits"
     assert re.search(rf"^\| 5k \| {cell} \| {cell} \|$", out, re.MULTILINE)
-    assert re.search(r"^\| 5k \| int2-sampled \| 1 \| 0\.\d{4} \|", out, re.MULTILINE)
+    # Recall@20, NDCG@20, then the most-popular ranking's Recall@20 on the same users
+    assert re.search(r"^\| 5k \| int2-sampled \| 1 \| 0\.\d{4} \| 0\.\d{4} \| 0\.\d{4} \|", out, re.MULTILINE)
     assert not md.exists()
 
 
@@ -211,15 +212,16 @@ def test_bad_memory_limit_exits_2_with_the_form(capsys):
     assert "300MB" in capsys.readouterr().err
 
 
-def test_training_text_sets_recall_beside_a_random_ranking_or_says_it_was_not_run():
+def test_training_text_sets_recall_beside_most_popular_and_random_or_says_it_was_not_run():
     ingests = [{"size": "1m", "n_items": 25_000}]
     trainings = [
         {"size": "1m", "mode": "int2-sampled", "fits": True, "epochs": 2, "recall@20": 0.0512,
-         "ndcg@20": 0.0301, "peak_rss_bytes": 1500 * 2**20, "minutes": 7.25},
+         "ndcg@20": 0.0301, "popular_recall@20": 0.0207, "peak_rss_bytes": 1500 * 2**20,
+         "minutes": 7.25},
         {"size": "1m", "mode": "fp32-whole", "fits": False, "failure": "allocation failed"},
     ]  # fmt: skip
     text = training_text(trainings, ingests, {"train_epochs": 2})
-    assert "| 1m | int2-sampled | 2 | 0.0512 | 0.0301 | 0.0008 | 1,500 | 7.2 |" in text
+    assert "| 1m | int2-sampled | 2 | 0.0512 | 0.0301 | 0.0207 | 0.000800 | 1,500 | 7.2 |" in text
     assert "| 1m | fp32-whole | - | does not fit (allocation failed) |" in text
     assert "2 epoch(s), every batch," in text
     assert "not run" in training_text([], ingests, {"train_epochs": 0})
