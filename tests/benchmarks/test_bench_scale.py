@@ -190,7 +190,9 @@ def test_tiny_run_of_two_modes_reports_both_a_full_training_and_leaves_benchmark
     cell = r"[\d,]+ MiB / [\d.]+ s / fits"
     assert re.search(rf"^\| 5k \| {cell} \| {cell} \|$", out, re.MULTILINE)
     # Recall@20, NDCG@20, then the most-popular ranking's Recall@20 on the same users
-    assert re.search(r"^\| 5k \| int2-sampled \| 1 \| 0\.\d{4} \| 0\.\d{4} \| 0\.\d{4} \|", out, re.MULTILINE)
+    assert re.search(
+        r"^\| 5k \| int2-sampled \| 1 \| 0\.\d{4} \| 0\.\d{4} \| 0\.\d{4} \|", out, re.MULTILINE
+    )
     assert not md.exists()
 
 

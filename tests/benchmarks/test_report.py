@@ -107,6 +107,20 @@ def test_benchmarks_md_holds_one_section_per_benchmark_dataset_and_device():
     assert names == sorted(names, key=section_order)  # the order write_section inserts in
 
 
+def test_every_section_the_readme_and_docs_cite_is_in_benchmarks_md():
+    """A figure quoted in the README or docs names the section it comes from; a section renamed,
+    merged away or never written leaves the claim without its command, machine and date."""
+    present = set(sections((REPO_ROOT / "BENCHMARKS.md").read_text()))
+    docs = [REPO_ROOT / "README.md", *REPO_ROOT.glob("docs/*.md")]
+    cited = {
+        (doc.name, name)
+        for doc in docs
+        for name in re.findall(r"`([a-z0-9][a-z0-9-]*-(?:cpu|cuda))`", doc.read_text())
+    }
+    assert len(cited) > 30  # the pattern still finds the citations
+    assert sorted((doc, name) for doc, name in cited if name not in present) == []
+
+
 def test_every_figure_under_benchmarks_figures_is_used_and_every_used_one_exists():
     docs = [REPO_ROOT / "BENCHMARKS.md", REPO_ROOT / "README.md", *REPO_ROOT.glob("docs/*.md")]
     docs += REPO_ROOT.glob("packages/*/README.md")
