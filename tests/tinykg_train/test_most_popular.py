@@ -22,7 +22,7 @@ def counted_dir(tmp_path_factory):
 
 
 def test_scores_are_the_train_counts_for_every_user(counted_dir):
-    model = MostPopular.from_dataset(KGDataset.open(counted_dir))
+    model = MostPopular.from_evaluator(RankingEvaluator(KGDataset.open(counted_dir)))
     scores = model.score_users(torch.tensor([0, 3]))
     assert scores.tolist() == [[4, 3, 2, 1, 0, 0]] * 2
     scores[0, 0] = -1  # the evaluator masks in place: a copy, not the counts

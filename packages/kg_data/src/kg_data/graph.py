@@ -54,8 +54,8 @@ class CKG:
         """The same graph with `indices` in the narrowest index dtype (int32 below 2**31 nodes)
         and `relation` in the narrowest that holds its ids (int8 below 128 relations), for a
         process that holds the CKG from the first step to the last (sampled training: 184 MiB
-        less than int64 at 17.5M edges). `NeighborSampler` draws the same subgraphs from it, with the same
-        int64 arrays."""
+        less than int64 at 17.5M edges). `NeighborSampler` draws the same subgraphs from it, with
+        the same int64 arrays."""
         return dataclasses.replace(
             self, indices=narrow_index(self.indices), relation=narrow_codes(self.relation)
         )
