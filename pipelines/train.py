@@ -271,6 +271,7 @@ def result_table(result: dict[str, Any]) -> str:
             for name, value in result.items()
             if name.startswith(("recall@", "ndcg@"))
         ),
+        *popular_rows(result),
         ("activation MiB", f"{activation / 2**20:.2f}" if activation is not None else "n/a"),
         ("epoch seconds", f"{sum(seconds) / len(seconds):.2f} mean" if seconds else "n/a"),
         ("peak RSS MiB", f"{result['peak_rss_bytes'] / 2**20:.0f}"),
@@ -280,6 +281,16 @@ def result_table(result: dict[str, Any]) -> str:
     rows += summary_rows(result.get("memory_breakdown") or {})
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+def popular_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
+    """The most-popular ranking's test metrics, each with the model's as a multiple of it: a
+    model below 1x learned nothing per user that popularity does not already give."""
+    rows = []
+    for name, popular in (result.get("most_popular") or {}).items():
+        versus = f" (model {result[name] / popular:.2f}x)" if popular > 0 else ""
+        rows.append((f"most popular {name}", f"{popular:.4f}{versus}"))
+    return rows
 
 
 def run_training(config, tracker, args: argparse.Namespace) -> dict[str, Any]:

@@ -158,6 +158,9 @@ def test_a_run_logs_to_mlflow_and_says_where(tiny_dataset_dir, tmp_path, capsys,
     assert [m.step for m in client.get_metric_history(run_id, "recall_at_20")] == [0, 1]
     assert len(client.get_metric_history(run_id, "epoch_seconds")) == 2
     assert {"test_recall_at_20", "activation_bytes", "peak_rss_bytes"} <= logged.data.metrics.keys()
+    popular = json.loads((tmp_path / "run" / "metrics.json").read_text())["most_popular"]
+    assert logged.data.metrics["test_most_popular_recall_at_20"] == popular["recall@20"]
+    assert re.search(r"most popular recall@20\s+\d\.\d{4}", out)
     assert {a.path for a in client.list_artifacts(run_id)} == {
         "config.yaml", "metrics.json", "activation_memory.csv", "activation_memory.png",
     }  # fmt: skip
@@ -318,6 +321,19 @@ def test_the_summary_names_fp32_and_the_threads():
     assert "kgin fp32 seed 0" in table and "int32" not in table
     assert re.search(r"torch threads\s+3", table)
     assert "kgin int2 seed 0" in result_table({**result, "bits": 2})
+
+
+def test_the_summary_sets_the_model_beside_the_most_popular_ranking():
+    result = {
+        "model": "kgat", "bits": 2, "seed": 0, "device": "cpu", "epochs_trained": 1,
+        "best_epoch": 0, "recall@20": 0.3, "ndcg@20": 0.05, "activation_bytes": None,
+        "epoch_seconds": [1.0], "peak_rss_bytes": 2**20,
+        "most_popular": {"recall@20": 0.2, "ndcg@20": 0.0},
+    }  # fmt: skip
+    table = result_table(result)
+    assert re.search(r"most popular recall@20\s+0\.2000 \(model 1\.50x\)", table)
+    assert re.search(r"most popular ndcg@20\s+0\.0000$", table, re.M)  # no ratio over zero
+    assert "most popular" not in result_table({**result, "most_popular": None})
 
 
 AUTO = ["--model", "kgin", "--bits", "auto", "--auto-bits", "2", "--adapt-every", "2",

@@ -90,6 +90,7 @@ def test_two_workers_train_the_same_model_as_one_worker(two_workers, tiny_datase
     for got, expected in zip(two["valid_history"], one["valid_history"], strict=True):
         assert got == pytest.approx(expected, abs=1e-9)
     assert two["recall@20"] == pytest.approx(one["recall@20"], abs=1e-9)
+    assert two["most_popular"] == one["most_popular"]  # rank 0 ranks it, on the same users
     weights_two = load_checkpoint(out / "checkpoint.pt")["model"]
     weights_one = load_checkpoint(tmp_path / "one" / "checkpoint.pt")["model"]
     assert weights_two.keys() == weights_one.keys()

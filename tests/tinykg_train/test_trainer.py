@@ -22,6 +22,7 @@ from tinykg_train.checkpoint import load_checkpoint
 from tinykg_train.config import TrainConfig
 from tinykg_train.errors import ConfigError, TinyKGError
 from tinykg_train.evaluate import RankingEvaluator
+from tinykg_train.most_popular import most_popular_metrics
 from tinykg_train.trainer import train
 
 
@@ -178,6 +179,19 @@ def test_training_learns_more_than_a_random_ranker(tiny_dataset_dir, tmp_path):
     random_model = TinyMF(dataset, tiny_config(tiny_dataset_dir, tmp_path))
     chance = RankingEvaluator(dataset, [20]).evaluate(random_model, "test")["recall@20"]
     assert result["recall@20"] > 2 * chance
+
+
+def test_the_test_metrics_come_with_the_most_popular_ranking_of_the_same_users(
+    tiny_dataset_dir, tmp_path
+):
+    config = tiny_config(tiny_dataset_dir, tmp_path / "run", epochs=1, eval_users=7, seed=3)
+    result = train(config, model_builder=mf_builder)
+    expected = most_popular_metrics(tiny_dataset_dir, ks=(20,), sample_users=7, seed=3)
+    assert result["most_popular"] == expected and expected["recall@20"] > 0
+    other_users = most_popular_metrics(tiny_dataset_dir, ks=(20,), sample_users=7, seed=4)
+    assert other_users != expected  # so the equality above says the users were the run's
+    saved = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert saved["most_popular"] == result["most_popular"]
 
 
 def test_on_epoch_reports_carry_valid_metrics_and_early_stopping(tiny_dataset_dir, tmp_path):

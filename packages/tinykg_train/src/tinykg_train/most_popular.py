@@ -4,7 +4,8 @@ Why: a trained recommender is only worth its memory when it beats this. A random
 Recall@20 (20 / items) is a floor any model clears after a few steps; popularity is the bar a model
 that learned nothing per user reaches, and on power-law data it is high. `MostPopular` is a
 `Recommender` (`prepare_scoring`, `score_users`), so `RankingEvaluator` ranks it with the same users,
-masks and metrics as a trained model.
+masks and metrics as a trained model; every training run ranks it on the test split beside the model
+(`popularity_bar`, metrics.json's `most_popular`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ class MostPopular(torch.nn.Module):
         """Counts of the train items a `RankingEvaluator` already holds (no second read of the
         split: 50M pairs at 100M triples + interactions)."""
         items = evaluator.split_items["train"].items
-        return cls(torch.from_numpy(np.bincount(items, minlength=evaluator.n_items)))
+        counts = torch.from_numpy(np.bincount(items, minlength=evaluator.n_items))
+        return cls(counts).to(evaluator.device)
 
     def prepare_scoring(self) -> None:
         """Nothing to propagate: the scores are the counts."""
@@ -45,4 +47,10 @@ def most_popular_metrics(
 
     dataset = KGDataset.open(data_dir)
     evaluator = RankingEvaluator(dataset, ks, sample_users=sample_users, seed=seed)
+    return popularity_bar(evaluator, split)
+
+
+def popularity_bar(evaluator, split: str = "test") -> dict[str, float]:
+    """The most-popular ranking's metrics on `split`, with the users, masks and Ks `evaluator`
+    ranks a trained model with: the bar the model's own metrics are read against."""
     return evaluator.evaluate(MostPopular.from_evaluator(evaluator), split)

@@ -281,6 +281,7 @@ class MlflowTracker:
         final = numeric_metrics(
             {k: v for k, v in result.items() if k.startswith(("recall@", "ndcg@"))}, prefix="test_"
         )
+        final.update(numeric_metrics(result.get("most_popular") or {}, prefix="test_most_popular_"))
         for key in (
             "best_epoch",
             "activation_bytes",

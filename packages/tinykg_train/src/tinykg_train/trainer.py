@@ -3,8 +3,9 @@
 One run: Adam on the model's BPR loss (its L2 term inside), then, for models with a KG phase (KGAT),
 a TransR pass over the KG triples; evaluation on the valid split every `eval_every` epochs with
 early stopping on valid Recall@20 (`patience` evaluations without gain); a checkpoint after every
-epoch; at the end the best epoch's weights are ranked on the test split and `metrics.json` is
-written.
+epoch; at the end the best epoch's weights are ranked on the test split, the most-popular ranking
+of the same users beside them (`most_popular`: the bar the model's metrics are read against), and
+`metrics.json` is written.
 
 Determinism: the run seeds torch, NumPy and Python from `config.seed`; batches are a pure function
 of (seed, epoch); the checkpoint holds every RNG state, so a run resumed after a kill -9 reproduces
@@ -31,6 +32,7 @@ from tinykg_train.epoch import evaluate_epoch, train_epoch
 from tinykg_train.errors import TinyKGError
 from tinykg_train.memory import cuda_peak_bytes, peak_rss_bytes, reset_cuda_peak
 from tinykg_train.memory_breakdown import cuda_run_peak
+from tinykg_train.most_popular import popularity_bar
 from tinykg_train.precision import prepare as prepare_precision
 from tinykg_train.run_dir import write_json_atomic, write_yaml_atomic
 from tinykg_train.runtime import kernel_calls, run_record
@@ -177,6 +179,10 @@ def finish(
     del best
     test = session.evaluator.evaluate(session.model, "test")
     result = final_result(session, test, device_label, kernels_since)
+    # the bar the test metrics are read against: popularity on the same users (a fraction of a
+    # model's ranking time: no propagation, the scores are the train counts). On every rank: a
+    # data-parallel evaluator ranks on rank 0 and broadcasts.
+    result["most_popular"] = popularity_bar(session.evaluator, "test")
     if not is_leader(session):
         return result
     if state.activation_by_module:
