@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -69,6 +70,16 @@ def test_demo_prints_the_comparison_table(demo_run):
         recall, ndcg, seconds = map(float, cells[2:])
         assert 0 <= recall <= 1 and 0 <= ndcg <= 1 and seconds > 0
     assert f"mlflow ui --backend-store-uri {uri} --host 127.0.0.1" in result.stdout
+
+
+def test_demo_sets_the_most_popular_ranking_beneath_the_widths(demo_run):
+    out, _, result = demo_run
+    popular = json.loads((out / "runs" / "kgat-fp32" / "metrics.json").read_text())["most_popular"]
+    row = next(line for line in result.stdout.splitlines() if line.startswith("most popular"))
+    cells = [cell.strip() for cell in row.split("|")]
+    assert cells == [
+        "most popular", "-", "-", f"{popular['recall@20']:.4f}", f"{popular['ndcg@20']:.4f}", "-",
+    ]  # fmt: skip
 
 
 def test_demo_logs_both_runs_to_mlflow(demo_run):
