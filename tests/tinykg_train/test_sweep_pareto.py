@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from tinykg_train.sweep.pareto import pareto_chart, pareto_front, trial_width
+from tinykg_train.sweep.pareto import pareto_chart, pareto_front, popularity_line, trial_width
 from tinykg_train.sweep.summary import TrialRow, mark_pareto
 
 
@@ -63,7 +63,7 @@ def test_lengths_must_match():
         pareto_front([1.0], [])
 
 
-def row(trial, model, bits, status="FINISHED", recall=0.1, mb=1.0):
+def row(trial, model, bits, status="FINISHED", recall=0.1, mb=1.0, popular=None):
     return TrialRow(
         trial=trial,
         run_id=f"run-{trial}",
@@ -71,6 +71,7 @@ def row(trial, model, bits, status="FINISHED", recall=0.1, mb=1.0):
         settings={"model": model, "bits": str(bits), "lr": "0.001", "seed": "0"},
         recall=recall if status == "FINISHED" else None,
         ndcg=0.05 if status == "FINISHED" else None,
+        popular=popular,
         activation_bytes=mb * 2**20,
         epoch_seconds=0.5,
     )
@@ -104,3 +105,15 @@ def test_adaptive_widths_and_memory_budgets_get_their_own_labels_on_the_chart(tm
     rows[2].settings["memory_budget"] = "30MB"
     mark_pareto(rows)
     assert pareto_chart(rows, tmp_path / "p.png", "auto").stat().st_size > 10_000
+
+
+def test_the_most_popular_line_is_drawn_only_when_every_trial_shares_it(tmp_path):
+    same = [row("a", "kgat", 2, recall=0.3, popular=0.2), row("b", "kgat", 32, popular=0.2)]
+    assert popularity_line(same) == 0.2
+    assert popularity_line([*same, row("c", "kgin", 2, popular=0.25)]) is None  # other users/data
+    assert popularity_line([*same, row("c", "kgin", 2)]) is None  # a run from before it was logged
+    mark_pareto(same)
+    with_line = pareto_chart(same, tmp_path / "line.png", "t").read_bytes()
+    for point in same:
+        point.popular = None
+    assert pareto_chart(same, tmp_path / "none.png", "t").read_bytes() != with_line

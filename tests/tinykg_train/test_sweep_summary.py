@@ -43,8 +43,10 @@ def sweep_runs(tmp_path_factory):
             epoch, {"epoch_seconds": seconds, "recall@20": 0.2, "activation_bytes": 3 * 2**20}
         )
     done.finish(
-        {"recall@20": 0.25, "ndcg@20": 0.125, "activation_bytes": 3 * 2**20}, RunDir(root / "t0")
-    )
+        {"recall@20": 0.25, "ndcg@20": 0.125, "activation_bytes": 3 * 2**20,
+         "most_popular": {"recall@20": 0.1875, "ndcg@20": 0.0625}},
+        RunDir(root / "t0"),
+    )  # fmt: skip
     stopped = tracker("t1", model="lightgcn", bits=32, seed=1, embed_dim=64)
     stopped.log_epoch(0, {"epoch_seconds": 2.0, "recall@20": 0.1, "activation_bytes": 40 * 2**20})
     client.set_tag(stopped.run_id, STOPPED_TAG, "asha")
@@ -69,6 +71,7 @@ def test_rows_carry_settings_status_and_numbers(sweep_runs):
         3.0,
         2.0,
     )
+    assert done.popular == 0.1875 and stopped.popular is None
     assert stopped.status == "STOPPED" and stopped.recall is None and stopped.activation_mb == 40.0
     assert failed.status == "FAILED" and failed.error == "RuntimeError: out of memory"
     assert failed.epoch_seconds is None and not failed.comparable
@@ -89,6 +92,7 @@ def test_table_and_csv(sweep_runs, tmp_path):
         "FINISHED",
         "0.2500",
         "0.1250",
+        "0.1875",
         "3.000",
         "2.00",
         "*",

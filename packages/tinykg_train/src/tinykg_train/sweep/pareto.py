@@ -25,6 +25,7 @@ class ChartPoint(Protocol):
 
     settings: Mapping[str, str]
     recall: float | None
+    popular: float | None  # the most-popular ranking's Recall@20 on the trial's test users
     pareto: bool
 
     @property
@@ -71,9 +72,19 @@ def pareto_front(memory: Sequence[float], quality: Sequence[float]) -> list[int]
     return front
 
 
+def popularity_line(points: Sequence[ChartPoint]) -> float | None:
+    """The most-popular ranking's test Recall@20 when every point has the same one (one dataset,
+    the same test users), else None: a line drawn for trials on other data would mislead."""
+    values = {point.popular for point in points}
+    if len(values) != 1 or None in values:
+        return None
+    return values.pop()
+
+
 def pareto_chart(rows: Sequence[ChartPoint], path: Path, title: str) -> Path | None:
     """Activation MB vs test Recall@20: colour = width (fp32, int2, auto, auto with its memory budget),
-    marker = model, the front as a dashed step line.
+    marker = model, the front as a dashed step line, the most-popular ranking's Recall@20 as a
+    dotted line when the trials share it (`popularity_line`).
 
     Returns None (and writes nothing) when no trial finished with both numbers.
     """
@@ -114,6 +125,9 @@ def pareto_chart(rows: Sequence[ChartPoint], path: Path, title: str) -> Path | N
         zorder=2,
         label="Pareto front",
     )
+    popular = popularity_line(points)
+    if popular is not None:
+        axes.axhline(popular, linestyle=":", color="black", linewidth=1, zorder=1)
     memory = [row.activation_mb for row in points]
     if min(memory) > 0 and max(memory) / min(memory) > 10:
         axes.set_xscale("log")
@@ -127,6 +141,8 @@ def pareto_chart(rows: Sequence[ChartPoint], path: Path, title: str) -> Path | N
         for m in models
     ]
     handles.append(Line2D([], [], color="grey", linestyle="--", label="Pareto front"))
+    if popular is not None:
+        handles.append(Line2D([], [], color="black", linestyle=":", label="most popular"))
     axes.legend(handles=handles, fontsize=8, loc="best")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -29,6 +29,7 @@ class TrialRow:
     settings: dict[str, str]  # model, bits, lr, seed and any other swept setting (MLflow params)
     recall: float | None = None  # test recall@20
     ndcg: float | None = None  # test ndcg@20
+    popular: float | None = None  # the most-popular ranking's test recall@20 on the trial's users
     activation_bytes: float | None = None
     epoch_seconds: float | None = None  # mean over the trained epochs
     error: str = ""
@@ -57,13 +58,15 @@ def row_from_run(client, run, swept: Sequence[str]) -> TrialRow:
         status = "STOPPED"
     seconds = [m.value for m in client.get_metric_history(info.run_id, "epoch_seconds")]
     names = [*BASE_COLUMNS[1:], *(s for s in swept if s not in BASE_COLUMNS)]
+    final = data.metrics if status == "FINISHED" else {}  # the test metrics of a finished trial
     return TrialRow(
         trial=data.tags.get(TRIAL_TAG, info.run_id[:8]),
         run_id=info.run_id,
         status=status,
         settings={name: data.params.get(name, "") for name in names},
-        recall=data.metrics.get("test_recall_at_20") if status == "FINISHED" else None,
-        ndcg=data.metrics.get("test_ndcg_at_20") if status == "FINISHED" else None,
+        recall=final.get("test_recall_at_20"),
+        ndcg=final.get("test_ndcg_at_20"),
+        popular=final.get("test_most_popular_recall_at_20"),
         activation_bytes=data.metrics.get("activation_bytes"),
         epoch_seconds=sum(seconds) / len(seconds) if seconds else None,
         error=data.tags.get(ERROR_TAG, ""),
@@ -92,6 +95,7 @@ def table_rows(rows: Iterable[TrialRow]) -> tuple[list[str], list[list[str]]]:
         "status",
         "recall@20",
         "ndcg@20",
+        "popular@20",
         "activation MB",
         "epoch s",
         "pareto",
@@ -103,6 +107,7 @@ def table_rows(rows: Iterable[TrialRow]) -> tuple[list[str], list[list[str]]]:
             row.status,
             _cell(row.recall, 4),
             _cell(row.ndcg, 4),
+            _cell(row.popular, 4),
             _cell(row.activation_mb, 3),
             _cell(row.epoch_seconds, 2),
             "*" if row.pareto else "",
