@@ -65,14 +65,14 @@ def test_rows_carry_settings_status_and_numbers(sweep_runs):
         "FINISHED",
         {"model": "kgat", "bits": "2", "lr": "0.01", "seed": "0", "embed_dim": "32"},
     )
-    assert (done.recall, done.ndcg, done.activation_mb, done.epoch_seconds) == (
+    assert (done.recall, done.ndcg, done.activation_mib, done.epoch_seconds) == (
         0.25,
         0.125,
         3.0,
         2.0,
     )
     assert done.popular == 0.1875 and stopped.popular is None
-    assert stopped.status == "STOPPED" and stopped.recall is None and stopped.activation_mb == 40.0
+    assert stopped.status == "STOPPED" and stopped.recall is None and stopped.activation_mib == 40.0
     assert failed.status == "FAILED" and failed.error == "RuntimeError: out of memory"
     assert failed.epoch_seconds is None and not failed.comparable
 

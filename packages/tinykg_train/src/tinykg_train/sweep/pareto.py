@@ -29,7 +29,7 @@ class ChartPoint(Protocol):
     pareto: bool
 
     @property
-    def activation_mb(self) -> float | None: ...
+    def activation_mib(self) -> float | None: ...
 
     @property
     def comparable(self) -> bool: ...
@@ -106,7 +106,7 @@ def pareto_chart(rows: Sequence[ChartPoint], path: Path, title: str) -> Path | N
     figure, axes = plt.subplots(figsize=(7, 4.5), dpi=120)
     for row in points:
         axes.scatter(
-            row.activation_mb,
+            row.activation_mib,
             row.recall,
             color=colour[trial_width(row.settings)],
             marker=marker[row.settings["model"]],
@@ -115,9 +115,9 @@ def pareto_chart(rows: Sequence[ChartPoint], path: Path, title: str) -> Path | N
             linewidths=1.2,
             zorder=3,
         )
-    front = sorted((row for row in points if row.pareto), key=lambda r: r.activation_mb)
+    front = sorted((row for row in points if row.pareto), key=lambda r: r.activation_mib)
     axes.step(
-        [r.activation_mb for r in front],
+        [r.activation_mib for r in front],
         [r.recall for r in front],
         where="post",
         linestyle="--",
@@ -128,10 +128,10 @@ def pareto_chart(rows: Sequence[ChartPoint], path: Path, title: str) -> Path | N
     popular = popularity_line(points)
     if popular is not None:
         axes.axhline(popular, linestyle=":", color="black", linewidth=1, zorder=1)
-    memory = [row.activation_mb for row in points]
+    memory = [row.activation_mib for row in points]
     if min(memory) > 0 and max(memory) / min(memory) > 10:
         axes.set_xscale("log")
-    axes.set_xlabel("activation memory per training step (MB)")
+    axes.set_xlabel("activation memory per training step (MiB)")
     axes.set_ylabel("test Recall@20")
     axes.set_title(title)
     axes.grid(alpha=0.3)

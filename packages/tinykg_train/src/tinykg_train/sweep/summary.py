@@ -36,7 +36,7 @@ class TrialRow:
     pareto: bool = False
 
     @property
-    def activation_mb(self) -> float | None:
+    def activation_mib(self) -> float | None:
         return None if self.activation_bytes is None else self.activation_bytes / 2**20
 
     @property
@@ -96,7 +96,7 @@ def table_rows(rows: Iterable[TrialRow]) -> tuple[list[str], list[list[str]]]:
         "recall@20",
         "ndcg@20",
         "popular@20",
-        "activation MB",
+        "activation MiB",
         "epoch s",
         "pareto",
     ]
@@ -108,7 +108,7 @@ def table_rows(rows: Iterable[TrialRow]) -> tuple[list[str], list[list[str]]]:
             _cell(row.recall, 4),
             _cell(row.ndcg, 4),
             _cell(row.popular, 4),
-            _cell(row.activation_mb, 3),
+            _cell(row.activation_mib, 3),
             _cell(row.epoch_seconds, 2),
             "*" if row.pareto else "",
         ]
