@@ -200,6 +200,27 @@ def mode_table(cells: dict[Key, Cell]) -> str:
     return markdown_table(MODE_HEADERS, rows) if rows else ""
 
 
+def popularity_lines(cells: dict[Key, Cell]) -> list[str]:
+    """Per dataset, the most-popular ranking's test Recall@20 that its runs recorded (metrics.json
+    `most_popular`, the same test users as the model's): the bar the cells' Recall@20 is read
+    against. Runs from before it was recorded are left out; a dataset none of whose runs has it
+    gets no line."""
+    by_dataset: dict[str, list[float]] = {}
+    for key, cell in cells.items():
+        for run in cell.runs.values():
+            if run.get("most_popular"):
+                by_dataset.setdefault(key.dataset, []).append(run["most_popular"]["recall@20"])
+    lines = []
+    for dataset, values in sorted(by_dataset.items()):
+        low, high = min(values), max(values)
+        spread = "" if high - low < 5e-5 else f" (runs {low:.4f} to {high:.4f}: sampled users)"
+        lines.append(
+            f"- {dataset}: the most-popular ranking (items by training count, no model) reads "
+            f"test Recall@20 **{statistics.fmean(values):.4f}**{spread} on the same users"
+        )
+    return lines
+
+
 def verdict_counts(cells: dict[Key, Cell]) -> dict[str, dict[str, int]]:
     """Per width: how many cells hold (yes), fall short (no) or cannot tell (unclear)."""
     counts: dict[str, dict[str, int]] = {}

@@ -52,6 +52,7 @@ from benchmarks._matrix_report import (
     Key,
     mode_table,
     plot,
+    popularity_lines,
     results_table,
     same_round_ratios,
     verdict_counts,
@@ -373,7 +374,7 @@ def report(
         + (CONTROL_NOTE if any(key.width == CONTROL for key in cells) else ""),
         settings_rows(settings),
         results_table(cells),
-        "\n".join(lines),
+        "\n".join([*lines, *popularity_lines(cells)]),
     ]
     against_whole = mode_table(cells)
     if against_whole:

@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks._matrix_report import Cell, Key, mode_table, paired_interval, same_round_ratios
+from benchmarks._matrix_report import (
+    Cell,
+    Key,
+    mode_table,
+    paired_interval,
+    popularity_lines,
+    same_round_ratios,
+)
 from benchmarks.bench_matrix import main
 
 
@@ -36,6 +43,25 @@ def test_verdicts_follow_where_the_interval_lies():
     )
     assert paired_interval(cell({0: 0.27, 1: 0.18, 2: 0.224}), base, "recall@20").verdict == "no"
     assert paired_interval(cell({0: 0.30}), cell({0: 0.3}), "recall@20").verdict == "one seed"
+
+
+def test_the_most_popular_bar_is_given_per_dataset_with_its_spread_over_sampled_users():
+    def popular(*values):
+        return Cell(runs={i: {"most_popular": {"recall@20": v}} for i, v in enumerate(values)})
+
+    cells = {
+        Key("b", "whole", "kgat", "32"): popular(0.2, 0.2),
+        Key("b", "whole", "kgat", "2"): popular(0.2),
+        Key("a", "whole", "kgat", "32"): popular(0.1, 0.3),
+        Key("a", "whole", "kgat", "2"): Cell(runs={0: {"recall@20": 0.4}}),  # recorded before it
+        Key("c", "whole", "kgat", "32"): Cell(runs={0: {"recall@20": 0.4}}),
+    }
+    assert popularity_lines(cells) == [
+        "- a: the most-popular ranking (items by training count, no model) reads test Recall@20 "
+        "**0.2000** (runs 0.1000 to 0.3000: sampled users) on the same users",
+        "- b: the most-popular ranking (items by training count, no model) reads test Recall@20 "
+        "**0.2000** on the same users",
+    ]
 
 
 def test_epoch_ratios_pair_only_rounds_where_both_widths_ran():
@@ -98,6 +124,9 @@ def test_matrix_trains_side_by_side_reports_and_times_a_later_width_against_fp32
         and "| tiny | whole | kgat | INT2 | 2 |" in text
     )
     assert (tmp_path / "figures" / "accuracy-matrix-tiny-cpu.png").is_file()
+    popular = metrics["most_popular"]["recall@20"]  # every run ranks the same (all) test users
+    bar = f"reads test Recall@20 **{popular:.4f}** on the same users"
+    assert f"- tiny: the most-popular ranking (items by training count, no model) {bar}" in text
 
     finished = (group / "int2" / "seed0" / "metrics.json").stat().st_mtime_ns
     plan = write_plan(tmp_path / "plan.yaml", tiny_dataset_dir, [32, 2, 4])
