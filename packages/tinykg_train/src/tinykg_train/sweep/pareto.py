@@ -82,9 +82,9 @@ def popularity_line(points: Sequence[ChartPoint]) -> float | None:
 
 
 def pareto_chart(rows: Sequence[ChartPoint], path: Path, title: str) -> Path | None:
-    """Activation MB vs test Recall@20: colour = width (fp32, int2, auto, auto with its memory budget),
-    marker = model, the front as a dashed step line, the most-popular ranking's Recall@20 as a
-    dotted line when the trials share it (`popularity_line`).
+    """Activation MiB vs test Recall@20: colour = width (fp32, int2, auto, auto with its memory
+    budget), marker = model, the front as a dashed step line, the most-popular ranking's Recall@20
+    as a dotted line when the trials share it (`popularity_line`).
 
     Returns None (and writes nothing) when no trial finished with both numbers.
     """
