@@ -110,8 +110,8 @@ def test_a_big_graph_s_run_releases_between_its_phases_and_rankings(
     config = TrainConfig(data=str(tiny_dataset_dir), model="kgat", epochs=1, device="cpu",
                          out=str(tmp_path / "run"), max_batches_per_epoch=1)  # fmt: skip
     train(config, tracker=None)
-    # epoch start, CF phase, KG phase; the valid and the test ranking
-    assert calls == ([epoch, epoch, epoch, evaluate, evaluate] if big else [])
+    # epoch start, CF phase, KG phase; the valid, the test and the most-popular ranking
+    assert calls == ([epoch, epoch, epoch, evaluate, evaluate, evaluate] if big else [])
     # and the big graph's blocks of 2 MiB and more are mapped apart
     assert tunings == ([{}, {"large_graph": True}] if big else [{}])
 
