@@ -104,15 +104,18 @@ def run_epoch(session: Session, epoch: int, tracker: Tracker | None = None) -> d
 def final_result(
     session: Session,
     test: dict[str, float],
+    popular: dict[str, float],
     device_label: str,
     kernels_since: dict[str, dict[str, int]] | None = None,
 ) -> dict[str, Any]:
-    """The content of metrics.json: test metrics of the best epoch, histories, memory, the config,
-    and what ran (`runtime.run_record`: the kernel calls after `kernels_since`, per backend)."""
+    """The content of metrics.json: test metrics of the best epoch and the most-popular ranking's
+    (`popular`), histories, memory, the config, and what ran (`runtime.run_record`: the kernel
+    calls after `kernels_since`, per backend)."""
     config, state = session.config, session.state
     measured = [b for b in state.column("activation_bytes") if b is not None]
     result: dict[str, Any] = {
         **test,
+        "most_popular": popular,
         "model": config.model,
         "bits": config.bits,
         "seed": config.seed,
@@ -178,11 +181,12 @@ def finish(
         session.tables.load_whole_model(best)
     del best
     test = session.evaluator.evaluate(session.model, "test")
-    result = final_result(session, test, device_label, kernels_since)
     # the bar the test metrics are read against: popularity on the same users (a fraction of a
     # model's ranking time: no propagation, the scores are the train counts). On every rank: a
-    # data-parallel evaluator ranks on rank 0 and broadcasts.
-    result["most_popular"] = popularity_bar(session.evaluator, "test")
+    # data-parallel evaluator ranks on rank 0 and broadcasts. Before `final_result`, so the peak
+    # RSS it records covers this ranking too.
+    popular = popularity_bar(session.evaluator, "test")
+    result = final_result(session, test, popular, device_label, kernels_since)
     if not is_leader(session):
         return result
     if state.activation_by_module:
