@@ -9,7 +9,12 @@ import torch.nn.functional as F
 
 from tinykg_train.errors import ConfigError
 from tinykg_train.models import build_model
-from tinykg_train.models.kgin import KGIN, distance_correlation, intent_independence
+from tinykg_train.models.kgin import (
+    KGIN,
+    distance_correlation,
+    intent_independence,
+    pairwise_distance_correlation,
+)
 
 
 def build(dataset, make_config, **extra) -> KGIN:
@@ -38,6 +43,24 @@ def test_distance_correlation_matches_the_definition():
     assert float(
         distance_correlation(torch.from_numpy(x), torch.from_numpy(-2 * x))
     ) == pytest.approx(1.0, abs=1e-4)
+
+
+def test_pairwise_distance_correlation_equals_each_pair_in_value_and_gradient():
+    torch.manual_seed(0)
+    weights = torch.randn(5, 30, dtype=torch.float64, requires_grad=True)
+    batched = pairwise_distance_correlation(weights)
+    for i in range(5):
+        for j in range(5):
+            pair = distance_correlation(weights[i], weights[j])
+            assert float(batched[i, j]) == pytest.approx(float(pair), abs=1e-12)
+    penalty = intent_independence(weights, "distance")
+    by_pairs = sum(
+        distance_correlation(weights[i], weights[j]) for i in range(5) for j in range(i + 1, 5)
+    )
+    (got,) = torch.autograd.grad(penalty, weights)
+    (want,) = torch.autograd.grad(by_pairs, weights)
+    assert float(penalty) == pytest.approx(float(by_pairs), abs=1e-12)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
 
 
 def test_independence_penalty_is_zero_for_unrelated_intents_and_grows_with_overlap():

@@ -1,8 +1,8 @@
 """`recomputed`: a small subgraph that saves only its inputs and runs again in backward.
 
 Some losses build many intermediates from a few small inputs: KGIN's independence penalty turns each
-pair of intents (rows of a `[intents, relations]` parameter) into two `[relations, relations]`
-distance matrices and a dozen ops on them. Under `compress_saved_tensors` every one of those saved
+intent (a row of an `[intents, relations]` parameter) into a `[relations, relations]` distance
+matrix and runs a dozen ops on them. Under `compress_saved_tensors` every one of those saved
 matrices is quantized in forward and dequantized in backward (dozens of quantizations and decodes
 a step, for a penalty of a few hundred floats of input), and the gradient of the
 square roots and normalizations is nonlinear in what was rounded. This Function keeps only the
