@@ -17,6 +17,7 @@ import numpy as np
 
 from kg_data.errors import KGDataError
 from kg_data.index_dtype import narrow_index, narrowest_index_dtype, search_sorted
+from kg_data.unique import sorted_unique, sorted_unique_inverse, unique_of_sorted
 
 _MAX_KEY = np.iinfo(np.int64).max
 
@@ -44,8 +45,8 @@ class ExcludingSampler:
                 f"too many groups ({int(groups.max()) + 1}) for values below {width}: keys would overflow int64"
             )
         self.width = width
-        keys = np.unique(groups * width + values)
-        group_ids, group_start = np.unique(keys // width, return_index=True)
+        keys = sorted_unique(groups * width + values)
+        group_ids, group_start = unique_of_sorted(keys // width)
         bounds = np.append(group_start, len(keys))  # group i's keys: bounds[i] .. bounds[i+1]
         ranks = np.arange(len(keys), dtype=np.int64) - np.repeat(group_start, np.diff(bounds))
         # held for the whole run: each in the narrowest dtype of its own values (see index_dtype)
@@ -213,16 +214,13 @@ class KGNegativeSampler:
         self.n_relations = int(relations.max()) + 1 if len(relations) else 0
         self.rng = np.random.default_rng(seed)
         width = max(self.n_entities, 1)
-        range_keys = np.unique(
-            relations * width + tails
-        )  # sorted (relation, tail) pairs: each relation's range
+        # each relation's range: its distinct tails, sorted; and each triple's tail's place in it
+        range_keys, key_rank = sorted_unique_inverse(relations * width + tails)
         self._range_tails = narrow_index(range_keys % width)
         self._range_ptr = narrow_index(
             np.searchsorted(range_keys // width, np.arange(self.n_relations + 1))
         )
-        rank_in_range = (
-            np.searchsorted(range_keys, relations * width + tails) - self._range_ptr[relations]
-        )
+        rank_in_range = key_rank - self._range_ptr[relations]
         pair = heads * max(self.n_relations, 1) + relations
         self._in_range = ExcludingSampler(pair, rank_in_range, width)
         # the fallback draws only for pairs whose range is exhausted: it keeps those pairs' true
