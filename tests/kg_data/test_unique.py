@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kg_data.unique import sorted_unique, sorted_unique_inverse, unique_of_sorted
+from kg_data.unique import distinct_ids, sorted_unique, sorted_unique_inverse, unique_of_sorted
 
 CASES = {
     "empty": np.array([], dtype=np.int64),
@@ -41,3 +41,13 @@ def test_sorted_unique_inverse_equals_numpy(values):
     np.testing.assert_array_equal(distinct, want)
     np.testing.assert_array_equal(inverse, want_inverse)
     np.testing.assert_array_equal(distinct[inverse], values)
+
+
+def test_distinct_ids_equals_numpy_within_the_id_range():
+    rng = np.random.default_rng(2)
+    for dtype in (np.int32, np.int64):
+        ids = rng.integers(0, 1_000, 3_000).astype(dtype)
+        got = distinct_ids(ids, 1_000)
+        np.testing.assert_array_equal(got, np.unique(ids))
+        assert got.dtype == dtype
+    assert len(distinct_ids(np.array([], dtype=np.int64), 10)) == 0

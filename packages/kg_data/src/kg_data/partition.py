@@ -19,6 +19,7 @@ from kg_data.csr import segment_offsets
 from kg_data.dataset import KGDataset
 from kg_data.errors import KGDataError
 from kg_data.graph import CKG, INTERACTED_BY, open_dataset
+from kg_data.unique import distinct_ids
 
 METHODS = ("greedy", "random")
 
@@ -101,7 +102,7 @@ def partition_edges(
         raise KGDataError(f"'method' needs to be one of {', '.join(METHODS)} (got {method!r})")
     ds = open_dataset(dataset)
     pairs = ds.pairs("train")
-    users = np.unique(pairs[:, 0])
+    users = distinct_ids(pairs[:, 0], ds.n_users)
     if num_parts > len(users):
         raise KGDataError(
             f"'num_parts' ({num_parts}) exceeds the {len(users)} users with train interactions"
@@ -117,14 +118,14 @@ def partition_edges(
     parts = []
     for index in range(num_parts):
         part_pairs = pairs[assign[pairs[:, 0]] == index]
-        entities = kg_neighborhood(ckg, np.unique(part_pairs[:, 1]), hops)
+        entities = kg_neighborhood(ckg, distinct_ids(part_pairs[:, 1], ds.n_items), hops)
         inside = np.zeros(ds.n_entities, dtype=bool)
         inside[entities] = True
         part_triples = triples[inside[triples[:, 0]] & inside[triples[:, 2]]]
         parts.append(
             Part(
                 index,
-                np.unique(part_pairs[:, 0]),
+                distinct_ids(part_pairs[:, 0], ds.n_users),
                 entities,
                 part_pairs,
                 part_triples,
@@ -145,7 +146,7 @@ def kg_neighborhood(ckg: CKG, entities: np.ndarray, hops: int) -> np.ndarray:
         positions = np.repeat(starts, lengths) + segment_offsets(lengths)
         positions = positions[ckg.relation[positions] > INTERACTED_BY]  # KG edges only, not users
         neighbors = ckg.indices[positions]
-        frontier = np.unique(neighbors[~reached[neighbors]])
+        frontier = distinct_ids(neighbors[~reached[neighbors]], ckg.n_entities)
         reached[frontier] = True
     return np.flatnonzero(reached)
 

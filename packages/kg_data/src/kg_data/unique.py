@@ -40,3 +40,12 @@ def sorted_unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     inverse = np.empty(len(values), dtype=np.int64)
     inverse[order] = np.cumsum(run)
     return distinct, inverse
+
+
+def distinct_ids(ids: np.ndarray, n: int) -> np.ndarray:
+    """`np.unique(ids)` of ids known to lie in `0..n-1` (users, items, entities), in `ids`' dtype:
+    one pass over a boolean mask of `n`, no sort."""
+    ids = np.asarray(ids)
+    seen = np.zeros(n, dtype=bool)
+    seen[ids] = True
+    return np.flatnonzero(seen).astype(ids.dtype, copy=False)

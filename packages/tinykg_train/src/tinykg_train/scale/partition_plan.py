@@ -24,6 +24,7 @@ import numpy as np
 from kg_data import CKG, KGDataset
 from kg_data.negatives import ExcludingSampler, KGNegativeSampler
 from kg_data.partition import PartitionPlan, partition_edges
+from kg_data.unique import distinct_ids
 
 #: Mixed into the seeds of the partition plan's own draws (triple owners), apart from every batch stream.
 OWNER_STREAM = 0x9A27
@@ -135,7 +136,7 @@ def build_partitions(
                 nodes=np.sort(part.nodes),
                 edges=np.flatnonzero(here[heads] & here[tails]),
                 pairs=part.pairs,
-                items=np.unique(part.pairs[:, 1]),
+                items=distinct_ids(part.pairs[:, 1], dataset.n_items),
                 triples=own,
                 seen_triples=part.triples,
                 n_entities=ckg.n_entities,

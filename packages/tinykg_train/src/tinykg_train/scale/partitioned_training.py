@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from kg_data.unique import distinct_ids
 from tinykg_train.errors import ConfigError
 from tinykg_train.scale.partition_plan import (
     TrainingPartition,
@@ -237,7 +238,7 @@ def partitioned_batches(
         raise ConfigError(
             f"{type(model).__name__} has no local path (step_sampler, local_loss) to train a partition with: drop --partitions"
         )
-    users = len(np.unique(dataset.pairs("train")[:, 0]))
+    users = len(distinct_ids(dataset.pairs("train")[:, 0], dataset.n_users))
     if config.partitions > users:
         raise ConfigError(
             f"--partitions {config.partitions} exceeds the {users} users with train interactions "
