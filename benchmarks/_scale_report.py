@@ -27,6 +27,14 @@ MODES.update(
         for mode in ("int2-sampled", "int2-offloaded")
     }
 )
+# sampled INT2 with the tables updated row by row (lazy Adam on the rows a step touched, no dense
+# gradient or dense Adam pass over a table), with Adam's float32 moments or bfloat16 ones
+MODES["int2-sampled-sparse-adam"] = [*MODES["int2-sampled"], "--sparse-adam"]
+MODES["int2-sampled-sparse-adam-bfloat16"] = [
+    *MODES["int2-sampled-sparse-adam"],
+    "--adam-state",
+    "bfloat16",
+]
 #: the modes a run measures unless `--modes` names others: the five the scale issue names
 DEFAULT_MODES = ["fp32-whole", "int2-whole", "int2-sampled", "int2-partitioned", "int2-offloaded"]
 #: what a size preset's number counts per entity: triples + interactions = 10 x entities

@@ -205,6 +205,9 @@ def test_default_modes_are_the_five_the_issue_names_and_the_rest_add_one_flag():
         assert MODES[f"int2-whole-adam-{state}"] == [*MODES["int2-whole"], "--adam-state", state]
     for mode in ("int2-sampled", "int2-offloaded"):
         assert MODES[f"{mode}-adam-bfloat16"] == [*MODES[mode], "--adam-state", "bfloat16"]
+    sparse = [*MODES["int2-sampled"], "--sparse-adam"]
+    assert MODES["int2-sampled-sparse-adam"] == sparse
+    assert MODES["int2-sampled-sparse-adam-bfloat16"] == [*sparse, "--adam-state", "bfloat16"]
 
 
 def test_bad_memory_limit_exits_2_with_the_form(capsys):
