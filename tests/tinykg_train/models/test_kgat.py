@@ -49,6 +49,7 @@ def test_edge_index_is_the_ckgs_edges_in_the_datasets_order(kgat, tiny_dataset):
 
 
 def test_attention_is_the_papers_formula_normalised_per_head(kgat, tiny_dataset):
+    kgat.scored_attention_entries()  # scored when first read
     torch.testing.assert_close(
         kgat.attention, reference_attention(kgat, tiny_dataset), rtol=1e-4, atol=1e-6
     )
@@ -82,7 +83,30 @@ def test_attention_scored_in_small_chunks_is_the_same_and_its_peak_follows_the_c
     assert peaks[edges] - peaks[3] >= 2 * (largest - 3) * dim * 4
 
 
+def test_attention_is_scored_at_its_first_read_not_when_the_model_is_built(
+    tiny_dataset, make_config, monkeypatch
+):
+    calls = []
+    refresh = KGAT.refresh_attention
+    monkeypatch.setattr(KGAT, "refresh_attention", lambda self: calls.append(1) or refresh(self))
+    torch.manual_seed(0)
+    model = build_model("kgat", tiny_dataset, make_config(model="kgat"))
+    assert calls == []
+    with torch.no_grad():  # weights changed after the build are the ones scored
+        model.node_embedding.mul_(2.0)
+    batch = [torch.tensor([0, 1]), torch.tensor([0, 1]), torch.tensor([2, 3])]
+    model.loss(*batch)
+    assert len(calls) == 1
+    torch.testing.assert_close(
+        model.attention, reference_attention(model, tiny_dataset), rtol=1e-4, atol=1e-6
+    )
+    model.loss(*batch)
+    model.on_epoch_start(0)  # an epoch's start always scores afresh
+    assert len(calls) == 2
+
+
 def test_attention_is_refreshed_from_the_current_weights(kgat, tiny_dataset, train):
+    kgat.on_epoch_start(0)
     before = kgat.attention.clone()
     train(kgat, tiny_dataset, steps=5)  # on_epoch_start(0) runs before the steps
     stale = kgat.attention.clone()

@@ -98,6 +98,11 @@ class Recommender(CompressedModule):
     def on_epoch_start(self, epoch: int) -> None:
         """Called by the trainer before each epoch's first step (KGAT refreshes its attention)."""
 
+    def before_tables_leave(self) -> None:
+        """Called by `scale.TableTraining` before it takes the embedding tables out of the model
+        (they come back only for whole-graph blocks): a model derives now what it has not yet
+        derived from them and its steps will read (KGAT: its attention, scored when first read)."""
+
     def on_whole_graph_training(self) -> None:
         """Called once by a session whose CF steps propagate over the whole graph (no sampler, no
         partitions): a model may drop what only sampled steps read (KGAT: its per-edge attention and

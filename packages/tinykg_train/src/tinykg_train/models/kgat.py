@@ -121,7 +121,9 @@ class KGAT(EmbeddingRecommender):
         self.register_buffer(
             "attention_entries", torch.empty(self.graph.num_entries), persistent=False
         )
-        self.refresh_attention()
+        # scored when first read, not here: a training session refreshes it at its first epoch's
+        # start anyway, and each refresh scores every edge (80 s at 100M triples + interactions)
+        self._attention_scored = False
 
     @property
     def edge_index(self) -> torch.Tensor:
@@ -146,6 +148,15 @@ class KGAT(EmbeddingRecommender):
     def on_epoch_start(self, epoch: int) -> None:
         self.refresh_attention()
 
+    def before_tables_leave(self) -> None:
+        self.scored_attention_entries()
+
+    def scored_attention_entries(self) -> torch.Tensor:
+        """`attention_entries`, scored from the current weights first if no refresh has yet."""
+        if not self._attention_scored:
+            self.refresh_attention()
+        return self.attention_entries
+
     def on_whole_graph_training(self) -> None:
         """Whole-graph steps read the attention's matrix entries only. What only sampled steps
         read goes: the per-edge attention and the edge order (two `[edges]` tensors, 134 MiB at
@@ -169,6 +180,7 @@ class KGAT(EmbeddingRecommender):
         edges' heads and one projection are made whole. The per-edge `attention` (kept for sampled
         steps) receives them in edge order; whole-graph and sampled sessions compute the same
         bits."""
+        self._attention_scored = True
         embedding = self.node_embedding.detach()
         scores = self.attention_entries.new_empty(self.num_edges)
         entry_rows = self.graph.entry_rows()  # each entry's row: an edge's head
@@ -224,8 +236,9 @@ class KGAT(EmbeddingRecommender):
         else:
             user_nodes = users.to(x.device) + self.n_entities
         users_out, items = [x[user_nodes]], [x[: self.n_items]]
+        attention = self.scored_attention_entries()
         for layer in self.layers:
-            x, _ = layer(x, self.graph, self.attention_entries, normalize=False)
+            x, _ = layer(x, self.graph, attention, normalize=False)
             users_out.append(ops.l2_normalize(x[user_nodes], dim=-1, config=self.compression))
             items.append(ops.l2_normalize(x[: self.n_items], dim=-1, config=self.compression))
         del x
@@ -262,11 +275,12 @@ class KGAT(EmbeddingRecommender):
         nodes = torch.cat([users + self.n_entities, pos_items, neg_items])
         x = self.node_embedding
         parts = [x.index_select(0, nodes)]
+        attention = self.scored_attention_entries()
         for depth, layer in enumerate(self.layers, start=1):
             x, normalized = layer(
                 x,
                 self.graph,
-                self.attention_entries,
+                attention,
                 rows=nodes,
                 output_saved_next=depth < len(self.layers),
             )
@@ -294,6 +308,8 @@ class KGAT(EmbeddingRecommender):
                 "KGAT's per-edge attention was dropped for whole-graph training "
                 "(on_whole_graph_training): build the model anew for sampled steps"
             )
+        if not self._attention_scored:
+            self.refresh_attention()
         attention = self.attention.index_select(0, graph.edge_id)
         target = graph.edge_index[1]
         total = attention.new_zeros(graph.num_nodes).index_add_(0, target, attention)

@@ -47,6 +47,8 @@ class TableTraining:
                 f"{type(model).__name__} names no embedding_tables read through rows: drop {flag}"
             )
         self.model, self.names, self.device = model, names, torch.device(device)
+        if hasattr(model, "before_tables_leave"):  # a model of the package's base class
+            model.before_tables_leave()
         self.offload, self.cache_rows = bool(config.offload_embeddings), config.cache_rows
         self.prefetch_steps = int(config.prefetch_steps)
         self.parameters = {name: getattr(model, name) for name in names}
