@@ -49,7 +49,7 @@ def test_edge_index_is_the_ckgs_edges_in_the_datasets_order(kgat, tiny_dataset):
 
 
 def test_attention_is_the_papers_formula_normalised_per_head(kgat, tiny_dataset):
-    kgat.scored_attention_entries()  # scored when first read
+    kgat.ensure_attention()  # scored when first read
     torch.testing.assert_close(
         kgat.attention, reference_attention(kgat, tiny_dataset), rtol=1e-4, atol=1e-6
     )

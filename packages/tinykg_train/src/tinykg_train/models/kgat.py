@@ -149,13 +149,13 @@ class KGAT(EmbeddingRecommender):
         self.refresh_attention()
 
     def before_tables_leave(self) -> None:
-        self.scored_attention_entries()
+        self.ensure_attention()
 
-    def scored_attention_entries(self) -> torch.Tensor:
-        """`attention_entries`, scored from the current weights first if no refresh has yet."""
+    def ensure_attention(self) -> None:
+        """Score the attention from the current weights if no refresh has yet (it is scored when
+        first read)."""
         if not self._attention_scored:
             self.refresh_attention()
-        return self.attention_entries
 
     def on_whole_graph_training(self) -> None:
         """Whole-graph steps read the attention's matrix entries only. What only sampled steps
@@ -236,9 +236,9 @@ class KGAT(EmbeddingRecommender):
         else:
             user_nodes = users.to(x.device) + self.n_entities
         users_out, items = [x[user_nodes]], [x[: self.n_items]]
-        attention = self.scored_attention_entries()
+        self.ensure_attention()
         for layer in self.layers:
-            x, _ = layer(x, self.graph, attention, normalize=False)
+            x, _ = layer(x, self.graph, self.attention_entries, normalize=False)
             users_out.append(ops.l2_normalize(x[user_nodes], dim=-1, config=self.compression))
             items.append(ops.l2_normalize(x[: self.n_items], dim=-1, config=self.compression))
         del x
@@ -275,12 +275,12 @@ class KGAT(EmbeddingRecommender):
         nodes = torch.cat([users + self.n_entities, pos_items, neg_items])
         x = self.node_embedding
         parts = [x.index_select(0, nodes)]
-        attention = self.scored_attention_entries()
+        self.ensure_attention()
         for depth, layer in enumerate(self.layers, start=1):
             x, normalized = layer(
                 x,
                 self.graph,
-                attention,
+                self.attention_entries,
                 rows=nodes,
                 output_saved_next=depth < len(self.layers),
             )
@@ -308,8 +308,7 @@ class KGAT(EmbeddingRecommender):
                 "KGAT's per-edge attention was dropped for whole-graph training "
                 "(on_whole_graph_training): build the model anew for sampled steps"
             )
-        if not self._attention_scored:
-            self.refresh_attention()
+        self.ensure_attention()
         attention = self.attention.index_select(0, graph.edge_id)
         target = graph.edge_index[1]
         total = attention.new_zeros(graph.num_nodes).index_add_(0, target, attention)
