@@ -226,7 +226,7 @@ class KGNegativeSampler:
         # the fallback draws only for pairs whose range is exhausted: it keeps those pairs' true
         # tails alone (the same answers for them; at 3.8M triples the whole KG's would hold 46 MiB)
         # counted once per distinct pair, searched in order (a search per triple, in the triples'
-        # order, missed the cache: 55 s at 100M triples + interactions)
+        # order, missed the cache: most of 63 s of searches in a profiled 100M session)
         distinct_pairs, pair_index = sorted_unique_inverse(pair)
         tails_known = self._in_range.excluded_count(distinct_pairs)[pair_index]
         exhausted = tails_known >= np.diff(self._range_ptr.astype(np.int64))[relations]
