@@ -75,6 +75,18 @@ def test_each_edge_s_ends_are_read_back_from_the_csr(bipartite):
         assert sources.dtype == targets.dtype == graph.col.dtype
 
 
+@pytest.mark.parametrize("targets", [[2, 2, 5], [0, 0, 1, 9], [4]])
+def test_entry_rows_count_every_row_empty_ones_first_last_and_between(targets):
+    """Rows without entries before the first entry, between entries and after the last one."""
+    sources = list(range(len(targets)))
+    graph = CSRGraph(torch.tensor([sources, targets]), 10, len(targets))
+    counts = (graph.crow[1:] - graph.crow[:-1]).long()
+    wanted = torch.repeat_interleave(torch.arange(10), counts)
+    rows = graph.entry_rows()
+    assert rows.dtype == graph.col.dtype and torch.equal(rows.long(), wanted)
+    assert torch.equal(rows.long(), torch.tensor(sorted(targets)))
+
+
 def test_rejects_features_of_the_wrong_node_count(bipartite):
     edge_index, weight, num_nodes, num_sources = bipartite
     graph = CSRGraph(edge_index, num_nodes, num_sources)

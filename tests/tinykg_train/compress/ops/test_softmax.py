@@ -139,3 +139,25 @@ def test_softmax_in_place_gives_the_plain_ops_bits_with_groups_across_chunks(chu
     assert torch.allclose(loop_reference(scores[:5_000], index[:5_000].long()),
                           softmax_in_place(scores[:5_000].clone(), index[:5_000], nodes, chunk=chunk),
                           rtol=1e-5, atol=1e-7)  # fmt: skip
+
+
+def test_softmax_in_place_reads_an_index_made_a_chunk_at_a_time_with_the_same_bits():
+    """KGAT's refresh passes a function that looks each chunk's targets up (no [E] index): the
+    same bits as the whole index, every chunk asked once per pass and only within the edges."""
+    from tinykg_train.compress.ops.edge_softmax import softmax_in_place
+
+    gen = torch.Generator().manual_seed(4)
+    edges, nodes, chunk = 10_007, 300, 512
+    scores = 8 * torch.randn(edges, generator=gen)
+    index = torch.randint(0, nodes, (edges,), generator=gen, dtype=torch.int32)
+    asked = []
+
+    def index_of(start, stop):
+        asked.append((start, stop))
+        return index[start:stop]
+
+    out = softmax_in_place(scores.clone(), index_of, nodes, chunk=chunk)
+    assert torch.equal(out, softmax_in_place(scores.clone(), index, nodes, chunk=chunk))
+    assert torch.equal(out, softmax_forward(scores, index, nodes))
+    bounds = [(start, min(start + chunk, edges)) for start in range(0, edges, chunk)]
+    assert asked == bounds * 3

@@ -173,49 +173,48 @@ class KGAT(EmbeddingRecommender):
 
     @torch.no_grad()
     def refresh_attention(self) -> None:
-        """pi(h, r, t) for every edge from the current weights, softmax-normalised per head `h`.
-
-        The edges are scored in relation order (`entries_by_relation`), into a temporary, and
-        normalised there (`softmax_in_place`): beside the scores and the matrix entries only the
-        edges' heads and one projection are made whole. The per-edge `attention` (kept for sampled
-        steps) receives them in edge order; whole-graph and sampled sessions compute the same
-        bits."""
+        """pi(h, r, t) for every edge from the current weights, softmax-normalised per head `h`
+        (`edge_scores`), into the matrix entries and, kept for sampled steps, the per-edge
+        `attention` in edge order: whole-graph and sampled sessions compute the same bits."""
         self._attention_scored = True
+        scores = self.edge_scores()
+        chunk = ATTENTION_CHUNK_FLOATS // 4  # an int32 index is widened to int64 by these ops
+        self.attention_entries.zero_()
+        for first in range(0, self.num_edges, chunk):
+            part = scores[first : first + chunk]
+            entries = self.entries_by_relation[first : first + chunk]
+            self.attention_entries.index_add_(0, entries, part)
+            if self.attention is not None:
+                self.attention[self.edges_by_relation[first : first + chunk]] = part
+
+    def edge_scores(self) -> torch.Tensor:
+        """Every edge's attention in relation order (`entries_by_relation`), in one `[edges]`
+        tensor and nothing else whole but the entries' rows: the edges are scored a chunk at a
+        time, each chunk projecting its own ends (a `[nodes, dim]` projection of every node was
+        most of the refresh's 2.9 GB of work at 100M triples + interactions), then normalised in
+        place (`softmax_in_place`, each chunk's heads looked up again, not kept)."""
         embedding = self.node_embedding.detach()
         scores = self.attention_entries.new_empty(self.num_edges)
         entry_rows = self.graph.entry_rows()  # each entry's row: an edge's head
         col = self.graph.col  # an edge's tail
+        chunk = max(1, ATTENTION_CHUNK_FLOATS // embedding.shape[1])
         start = 0
         for relation, count in enumerate(self.relation_edge_counts):
-            if count == 0:
-                continue
             transfer, relation_vector = self.transfer[relation], self.relation_embedding[relation]
-            # Project every node once when the relation touches many of them, else only its ends.
-            projected = embedding @ transfer if 2 * count > self.num_nodes else None
-            chunk = max(1, ATTENTION_CHUNK_FLOATS // embedding.shape[1])
             for first in range(start, start + count, chunk):
                 stop = min(first + chunk, start + count)
                 entries = self.entries_by_relation[first:stop]
-                tails, heads = col[entries], entry_rows[entries]
-                if projected is not None:
-                    head_vectors, tail_vectors = projected[heads], projected[tails]
-                else:
-                    head_vectors, tail_vectors = (
-                        embedding[heads] @ transfer,
-                        embedding[tails] @ transfer,
-                    )
+                head_vectors = embedding.index_select(0, entry_rows.index_select(0, entries))
+                tail_vectors = embedding.index_select(0, col.index_select(0, entries))
                 # in place: the chunk's two projections are its only [chunk, dim] tensors
-                head_vectors.add_(relation_vector).tanh_()
-                scores[first:stop] = tail_vectors.mul_(head_vectors).sum(-1)
+                head_vectors = torch.mm(head_vectors, transfer).add_(relation_vector).tanh_()
+                scores[first:stop] = torch.mm(tail_vectors, transfer).mul_(head_vectors).sum(-1)
             start += count
-            del projected
-        heads = entry_rows.index_select(0, self.entries_by_relation)
-        del entry_rows
-        softmax_in_place(scores, heads, self.num_nodes)
-        del heads
-        self.attention_entries.zero_().index_add_(0, self.entries_by_relation, scores)
-        if self.attention is not None:
-            self.attention[self.edges_by_relation] = scores
+
+        def heads(first: int, stop: int) -> torch.Tensor:
+            return entry_rows.index_select(0, self.entries_by_relation[first:stop])
+
+        return softmax_in_place(scores, heads, self.num_nodes)
 
     # -- CF phase ----------------------------------------------------------------------------------
 

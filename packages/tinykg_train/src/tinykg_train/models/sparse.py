@@ -86,10 +86,16 @@ class CSRGraph(nn.Module):
         return int(self.col.shape[0])
 
     def entry_rows(self) -> torch.Tensor:
-        """Each matrix entry's row (its target), `[num_entries]`, made on request."""
-        counts = (self.crow[1:] - self.crow[:-1]).long()
-        rows = torch.arange(self.num_nodes, device=self.crow.device, dtype=self.col.dtype)
-        return torch.repeat_interleave(rows, counts)
+        """Each matrix entry's row (its target), `[num_entries]`, made on request: a count of
+        the rows that end at or before each entry, in the index dtype (`repeat_interleave` went
+        through an int64 `[num_entries]` index: 134 MiB more at 17.5M edges)."""
+        rows = torch.zeros(self.num_entries, dtype=self.col.dtype, device=self.col.device)
+        ends = self.crow[1:-1]
+        ends = ends[ends < self.num_entries]  # rows after the last entry end past it
+        rows.index_add_(
+            0, ends, torch.ones(1, dtype=rows.dtype, device=rows.device).expand(len(ends))
+        )
+        return rows.cumsum_(0)
 
     def edge_ends(
         self, edges: torch.Tensor | None = None, entry_rows: torch.Tensor | None = None
