@@ -67,16 +67,37 @@ def figures_dir_for(write: bool) -> Path | None:
     return figures_dir()
 
 
+def widest_vector_extension(flags: set[str]) -> str | None:
+    """`AVX-512`, `AVX2`, `AVX` or `SSE4.2` from /proc/cpuinfo's flags (x86), else None."""
+    for flag, name in (
+        ("avx512f", "AVX-512"),
+        ("avx2", "AVX2"),
+        ("avx", "AVX"),
+        ("sse4_2", "SSE4.2"),
+    ):
+        if flag in flags:
+            return name
+    return None
+
+
 def machine_description() -> str:
-    """One line: CPU model and cores, RAM, and the GPU when torch sees one."""
-    cpu = platform.processor() or platform.machine()
+    """One line: CPU model, its widest vector extension and cores, RAM, and the GPU when torch
+    sees one. The extension matters: the native CPU loops are built for the CPU they run on
+    (`-march=native`), and the same model name in a VM may come with or without AVX-512."""
+    fields: dict[str, str] = {}  # the first processor's lines of /proc/cpuinfo
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
+            if not line.strip():
                 break
+            name, _, value = line.partition(":")
+            fields[name.strip()] = value.strip()
     except OSError:
         pass
+    cpu = fields.get("model name") or platform.processor() or platform.machine()
+    flags = set(fields.get("flags", "").split())
+    vectors = widest_vector_extension(flags)
+    if vectors:
+        cpu = f"{cpu} ({vectors})"
     parts = [f"{cpu}, {os.cpu_count()} cores"]
     try:
         import psutil

@@ -17,6 +17,7 @@ from benchmarks._report import (
     publish_section,
     section_name,
     section_order,
+    widest_vector_extension,
     write_section,
 )
 from benchmarks.merge_sections import sections
@@ -143,3 +144,18 @@ def test_publish_section_writes_and_says_where_unless_told_not_to(
     assert capsys.readouterr().out == f"wrote section '{a}' of {md}\n"
     assert f"<!-- begin:{a} -->\n## A\n" in md.read_text()
     assert f"body\n<!-- end:{a} -->" in md.read_text()
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        ({"sse4_2", "avx", "avx2", "avx512f", "avx512bw"}, "AVX-512"),
+        ({"sse4_2", "avx", "avx2", "fma"}, "AVX2"),
+        ({"sse4_2"}, "SSE4.2"),
+        ({"neon", "asimd"}, None),
+    ],
+)
+def test_the_machine_line_names_the_widest_vector_extension(flags, named):
+    """The same CPU model in a VM came with AVX-512 one week and AVX2 the next: the machine line
+    must tell their figures apart."""
+    assert widest_vector_extension(flags) == named
