@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from kg_data import CKG
@@ -61,6 +62,18 @@ def test_sort_by_relation_groups_rows_stably():
     order, counts = sort_by_relation(relation, 4)
     assert order.tolist() == [1, 4, 3, 0, 2]
     assert counts == [2, 1, 2, 0]
+
+
+@pytest.mark.parametrize("num_relations", [4, 200, 40_000])
+def test_sort_by_relation_is_torch_s_stable_order_for_narrow_and_wide_ids(num_relations):
+    """The CPU path sorts ids narrowed to int8 / int16 with numpy's radix sort, and ids past
+    int16 with torch's: every path gives torch's stable order, int64, and the counts."""
+    gen = torch.Generator().manual_seed(num_relations)
+    relation = torch.randint(0, num_relations, (50_000,), generator=gen)
+    order, counts = sort_by_relation(relation, num_relations)
+    assert order.dtype == torch.int64
+    assert torch.equal(order, torch.argsort(relation, stable=True))
+    assert counts == torch.bincount(relation, minlength=num_relations).tolist()
 
 
 def test_compact_keeps_int64_only_when_needed():
