@@ -206,7 +206,8 @@ class KGAT(EmbeddingRecommender):
                 entries = self.entries_by_relation[first:stop]
                 head_vectors = embedding.index_select(0, entry_rows.index_select(0, entries))
                 tail_vectors = embedding.index_select(0, col.index_select(0, entries))
-                # in place: the chunk's two projections are its only [chunk, dim] tensors
+                # the chunk's gathered rows and their projections are its only [chunk, dim]
+                # tensors; the head's are activated in place
                 head_vectors = torch.mm(head_vectors, transfer).add_(relation_vector).tanh_()
                 scores[first:stop] = torch.mm(tail_vectors, transfer).mul_(head_vectors).sum(-1)
             start += count
