@@ -105,7 +105,7 @@ def sort_by_relation(relation: torch.Tensor, num_relations: int) -> tuple[torch.
 
     On the CPU the ids are narrowed to the smallest int that holds them and ordered by numpy's
     stable sort, a radix sort for 8- and 16-bit keys: the same order, 7x faster than torch's stable
-    argsort of int64 ids (0.27 against 1.9 s for the 17.5M edges of the 10M graph)."""
+    argsort of int64 ids (0.25 against 1.9 s for the 17.5M edges of the 10M graph)."""
     if relation.device.type == "cpu" and num_relations <= np.iinfo(np.int16).max:
         narrow = np.int8 if num_relations <= np.iinfo(np.int8).max else np.int16
         keys = relation.numpy().astype(narrow, copy=False)

@@ -178,7 +178,9 @@ class KGAT(EmbeddingRecommender):
         `attention` in edge order: whole-graph and sampled sessions compute the same bits."""
         self._attention_scored = True
         scores = self.edge_scores()
-        chunk = ATTENTION_CHUNK_FLOATS // 4  # an int32 index is widened to int64 by these ops
+        # a chunk of edges at a time: these ops widen an int32 index to int64 (4 MiB a chunk,
+        # where the whole index widened would be 1.3 GiB at 100M)
+        chunk = ATTENTION_CHUNK_FLOATS // 4
         self.attention_entries.zero_()
         for first in range(0, self.num_edges, chunk):
             part = scores[first : first + chunk]
@@ -191,7 +193,7 @@ class KGAT(EmbeddingRecommender):
         """Every edge's attention in relation order (`entries_by_relation`), in one `[edges]`
         tensor and nothing else whole but the entries' rows: the edges are scored a chunk at a
         time, each chunk projecting its own ends (a `[nodes, dim]` projection of every node was
-        most of the refresh's 2.9 GB of work at 100M triples + interactions), then normalised in
+        half of the refresh's 2.9 GB of work at 100M triples + interactions), then normalised in
         place (`softmax_in_place`, each chunk's heads looked up again, not kept)."""
         embedding = self.node_embedding.detach()
         scores = self.attention_entries.new_empty(self.num_edges)
