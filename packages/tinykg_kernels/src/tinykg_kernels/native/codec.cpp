@@ -187,66 +187,81 @@ void group_range(const float* x, int64_t n, float* lo_out, float* hi_out, bool* 
   *has_nan = any_nan;
 }
 
-#if defined(__AVX512F__)
-// 16 lanes of the 32 of (v, w), read as runs of W lanes in pairs: the first run of each pair
-// (UPPER false) or the second. Lane i is lane (i / W) * 2W + i % W (+ W).
+// kNativeLanes lanes of the 2 kNativeLanes of (v, w), read as runs of W lanes in pairs: the first
+// run of each pair (UPPER false) or the second. Lane i is lane (i / W) * 2W + i % W (+ W).
 template <int W, bool UPPER, size_t... I>
-inline vf16 runs_of(vf16 v, vf16 w, std::index_sequence<I...>) {
+inline vfn runs_of(vfn v, vfn w, std::index_sequence<I...>) {
   return __builtin_shufflevector(
       v, w, static_cast<int>((I / W) * 2 * W + I % W + (UPPER ? W : 0))...);
 }
 
-// One step of `group_range`'s fold for the groups of 2 W vectors at once: lane i of a group with
-// its lane i + W (the lower kept on ties, as there), into W vectors.
+// One step of `group_range`'s fold within a vector, for the groups of 2 W vectors at once: lane i
+// of a group with its lane i + W (the lower kept on ties, as there), into W vectors.
 template <int W>
-inline void fold_level(vf16* lo, vf16* hi) {
-  constexpr auto lanes = std::make_index_sequence<kLanes>{};
+inline void fold_level(vfn* lo, vfn* hi) {
+  constexpr auto lanes = std::make_index_sequence<kNativeLanes>{};
   for (int m = 0; m < W; ++m) {
-    const vf16 lo_a = runs_of<W, false>(lo[2 * m], lo[2 * m + 1], lanes);
-    const vf16 lo_b = runs_of<W, true>(lo[2 * m], lo[2 * m + 1], lanes);
-    const vf16 hi_a = runs_of<W, false>(hi[2 * m], hi[2 * m + 1], lanes);
-    const vf16 hi_b = runs_of<W, true>(hi[2 * m], hi[2 * m + 1], lanes);
+    const vfn lo_a = runs_of<W, false>(lo[2 * m], lo[2 * m + 1], lanes);
+    const vfn lo_b = runs_of<W, true>(lo[2 * m], lo[2 * m + 1], lanes);
+    const vfn hi_a = runs_of<W, false>(hi[2 * m], hi[2 * m + 1], lanes);
+    const vfn hi_b = runs_of<W, true>(hi[2 * m], hi[2 * m + 1], lanes);
     lo[m] = lo_b < lo_a ? lo_b : lo_a;
     hi[m] = hi_b > hi_a ? hi_b : hi_a;
   }
 }
 
-// The ranges of 16 whole groups (group_len a multiple of 16) with no scalar fold: each group's
-// lanes accumulated as `group_range` does, then the 16 groups' lanes folded in its halves (lane i
-// with i + 8, then + 4, + 2, + 1), the lanes of 2, 4, 8 and then 16 groups sharing a vector, so
-// lane k of `lo` / `hi` is group k's `group_range`, the sign of a zero minimum included. Returns
-// false, with nothing written, when some value is NaN (those take `group_range`, which flags it).
-// With AVX-512 only, where 16 lanes are one vector: `group_range`'s fold of 32-value groups cost
-// as much as their codes.
-bool block_ranges(const float* x, int64_t group_len, vf16* lo_out, vf16* hi_out) {
-  vf16 lo[kLanes], hi[kLanes];
-  vi16 nan_seen = vi16{};
-  for (int k = 0; k < kLanes; ++k) {
+// `fold_level` for W, W / 2, ... 1: lane k of lo[0] / hi[0] is then group k's.
+template <int W>
+inline void fold_levels(vfn* lo, vfn* hi) {
+  if constexpr (W >= 1) {
+    fold_level<W>(lo, hi);
+    fold_levels<W / 2>(lo, hi);
+  }
+}
+
+// The ranges of kNativeLanes whole groups (group_len a multiple of 16) with no scalar fold: each
+// group's 16 lanes accumulated and folded down to one vector as `group_range` does, then the
+// groups' lanes folded in its halves (lane i with i + kNativeLanes / 2, then ... + 1), the lanes of
+// 2, 4, ... groups sharing a vector, so lane k of `lo` / `hi` is group k's `group_range`, the sign
+// of a zero minimum included. Returns false, with nothing written, when some value is NaN (those
+// take `group_range`, which flags it). `group_range`'s scalar fold of 64-value groups took a fifth
+// of a 2-bit quantize on an AVX2 CPU (perf, 8-lane vectors), as much as their codes on AVX-512.
+bool block_ranges(const float* x, int64_t group_len, vfn* lo_out, vfn* hi_out) {
+  constexpr int kParts = kLanes / kNativeLanes;
+  vfn lo[kNativeLanes], hi[kNativeLanes];
+  vin nan_seen = vin{};
+  for (int k = 0; k < kNativeLanes; ++k) {
     const float* group = x + k * group_len;
-    vf16 l = vf16{} + __builtin_inff(), h = vf16{} - __builtin_inff();
-    for (int64_t j = 0; j < group_len; j += kLanes) {
-      const vf16 v = load<vf16>(group + j);
-      l = v < l ? v : l;
-      h = v > h ? v : h;
-      nan_seen |= v != v;
+    vfn l[kParts], h[kParts];
+    for (int p = 0; p < kParts; ++p) {
+      l[p] = vfn{} + __builtin_inff();
+      h[p] = vfn{} - __builtin_inff();
     }
-    lo[k] = l;
-    hi[k] = h;
+    for (int64_t j = 0; j < group_len; j += kLanes) {
+      for (int p = 0; p < kParts; ++p) {
+        const vfn v = load<vfn>(group + j + p * kNativeLanes);
+        l[p] = v < l[p] ? v : l[p];
+        h[p] = v > h[p] ? v : h[p];
+        nan_seen |= v != v;
+      }
+    }
+    for (int half = kParts / 2; half > 0; half /= 2) {  // lane i with lane i + half * width
+      for (int p = 0; p < half; ++p) {
+        l[p] = l[p + half] < l[p] ? l[p + half] : l[p];
+        h[p] = h[p + half] > h[p] ? h[p + half] : h[p];
+      }
+    }
+    lo[k] = l[0];
+    hi[k] = h[0];
   }
   bool any_nan = false;
-  for (int i = 0; i < kLanes; ++i) any_nan |= nan_seen[i] != 0;
+  for (int i = 0; i < kNativeLanes; ++i) any_nan |= nan_seen[i] != 0;
   if (any_nan) return false;
-  // width 8, 4, 2, 1: lane i with lane i + width of each group, the lanes of 2, 4, 8 then 16
-  // groups sharing a vector (W vectors out of 2 W), so lane k of the last is group k
-  fold_level<8>(lo, hi);
-  fold_level<4>(lo, hi);
-  fold_level<2>(lo, hi);
-  fold_level<1>(lo, hi);
+  fold_levels<kNativeLanes / 2>(lo, hi);
   *lo_out = lo[0];
   *hi_out = hi[0];
   return true;
 }
-#endif
 
 struct NormalTable {
   float level[4];
@@ -423,11 +438,15 @@ void quantize_groups(const float* x, int64_t n_groups, int64_t group_len, const 
     const int count = n_groups - g0 < kLanes ? static_cast<int>(n_groups - g0) : kLanes;
     vf16 lo = vf16{}, hi = vf16{};
     vi16 has_nan = vi16{};
-    bool ranged = false;
-#if defined(__AVX512F__)
-    ranged = count == kLanes && group_len % kLanes == 0 &&
-             block_ranges(x + g0 * group_len, group_len, &lo, &hi);
-#endif
+    bool ranged = count == kLanes && group_len % kLanes == 0;
+    for (int part = 0; ranged && part < kLanes; part += kNativeLanes) {  // kNativeLanes at a time
+      vfn l, h;
+      ranged = block_ranges(x + (g0 + part) * group_len, group_len, &l, &h);
+      if (ranged) {
+        std::memcpy(reinterpret_cast<float*>(&lo) + part, &l, sizeof(l));
+        std::memcpy(reinterpret_cast<float*>(&hi) + part, &h, sizeof(h));
+      }
+    }
     for (int k = 0; k < count && !ranged; ++k) {
       float l, h;
       bool nan;
