@@ -100,6 +100,22 @@ def test_signed_zeros_fold_the_same_in_whole_blocks_of_groups_as_group_by_group(
         assert torch.equal(whole[1], scale) and torch.equal(whole[2], zero)  # -0.0 == 0.0 here
 
 
+@pytest.mark.parametrize("nan_row", [0, 7, 8, 15, 21])
+def test_a_nan_anywhere_in_a_block_of_groups_is_flagged_as_group_by_group(nan_row, cpu_loops):
+    """The native loops range 16 whole groups at once, in sets of the CPU's vector width (two sets
+    of 8 with AVX2); a NaN in any set sends the block back to one group at a time, which flags
+    that group alone: every part equals the reference's, whichever set the NaN fell in."""
+    x = torch.randn(48, 64, generator=torch.Generator().manual_seed(5))
+    x[nan_row, 13] = float("nan")
+    layout = GroupLayout.for_shape(tuple(x.shape), None, 2)
+    native_loops = cpu_loops == "cpu-native"
+    got = cpu_ops.quantize(
+        x.reshape(-1), layout, "normal", torch.bfloat16, SEED, native_loops=native_loops
+    )
+    assert_same_parts(got, reference_parts(x, layout, "normal", torch.bfloat16, SEED))
+    assert torch.isnan(got[1]).nonzero().flatten().tolist() == [nan_row]
+
+
 def test_which_layouts_compile():
     cpu = torch.device("cpu")
     assert cpu_ops.compiles(GroupLayout(numel=640, group_len=64, bits=2), cpu)
