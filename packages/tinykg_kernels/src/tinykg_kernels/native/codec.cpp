@@ -138,24 +138,22 @@ inline float counter_noise(uint32_t index, uint32_t k0, uint32_t k1) {
   return static_cast<float>(h >> 8) * (1.0f / 16777216.0f);
 }
 
-// Min and max of a group (NaN skipped) and whether it holds a NaN. Lane i of 16 takes elements
-// i, i + 16, ..., then the lanes fold in halves (i with i + 8, then + 4, + 2, + 1): a fixed order,
-// which decides the sign of a zero minimum. The 16 lanes are kept as vectors of the CPU's width.
-void group_range(const float* x, int64_t n, float* lo_out, float* hi_out, bool* has_nan) {
+// A group's first `whole` values (a multiple of 16) in 16 lanes, lane i taking elements i, i + 16,
+// ..., then folded in halves down to the CPU's width (lane i with i + 8 where that is 8 lanes):
+// the start of `group_range`'s fixed order. NaN is skipped, and marked in `nan_seen`.
+inline void lane_ranges(const float* x, int64_t whole, vfn* lo_out, vfn* hi_out, vin* nan_seen) {
   constexpr int kParts = kLanes / kNativeLanes;
   vfn lo[kParts], hi[kParts];
-  vin nan_seen = vin{};
   for (int p = 0; p < kParts; ++p) {
     lo[p] = vfn{} + __builtin_inff();
     hi[p] = vfn{} - __builtin_inff();
   }
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
+  for (int64_t j = 0; j < whole; j += kLanes) {
     for (int p = 0; p < kParts; ++p) {
       const vfn v = load<vfn>(x + j + p * kNativeLanes);
       lo[p] = v < lo[p] ? v : lo[p];
       hi[p] = v > hi[p] ? v : hi[p];
-      nan_seen |= v != v;
+      *nan_seen |= v != v;
     }
   }
   for (int half = kParts / 2; half > 0; half /= 2) {  // lane i with lane i + half * width
@@ -164,9 +162,21 @@ void group_range(const float* x, int64_t n, float* lo_out, float* hi_out, bool* 
       hi[p] = hi[p + half] > hi[p] ? hi[p + half] : hi[p];
     }
   }
+  *lo_out = lo[0];
+  *hi_out = hi[0];
+}
+
+// Min and max of a group (NaN skipped) and whether it holds a NaN. Lane i of 16 takes elements
+// i, i + 16, ..., then the lanes fold in halves (i with i + 8, then + 4, + 2, + 1): a fixed order,
+// which decides the sign of a zero minimum. The 16 lanes are kept as vectors of the CPU's width.
+void group_range(const float* x, int64_t n, float* lo_out, float* hi_out, bool* has_nan) {
+  const int64_t whole = n / kLanes * kLanes;
+  vfn lo, hi;
+  vin nan_seen = vin{};
+  lane_ranges(x, whole, &lo, &hi, &nan_seen);
   float lanes_lo[kNativeLanes], lanes_hi[kNativeLanes];
-  store(lanes_lo, lo[0]);
-  store(lanes_hi, hi[0]);
+  store(lanes_lo, lo);
+  store(lanes_hi, hi);
   for (int width = kNativeLanes / 2; width > 0; width /= 2) {  // then within the vector
     for (int i = 0; i < width; ++i) {
       lanes_lo[i] = lanes_lo[i + width] < lanes_lo[i] ? lanes_lo[i + width] : lanes_lo[i];
@@ -176,7 +186,7 @@ void group_range(const float* x, int64_t n, float* lo_out, float* hi_out, bool* 
   float l = lanes_lo[0], h = lanes_hi[0];
   bool any_nan = false;
   for (int i = 0; i < kNativeLanes; ++i) any_nan |= nan_seen[i] != 0;
-  for (; j < n; ++j) {
+  for (int64_t j = whole; j < n; ++j) {
     const float v = x[j];
     l = v < l ? v : l;
     h = v > h ? v : h;
@@ -220,39 +230,17 @@ inline void fold_levels(vfn* lo, vfn* hi) {
 }
 
 // The ranges of kNativeLanes whole groups (group_len a multiple of 16) with no scalar fold: each
-// group's 16 lanes accumulated and folded down to one vector as `group_range` does, then the
+// group's 16 lanes accumulated and folded down to one vector (`lane_ranges`), then the
 // groups' lanes folded in its halves (lane i with i + kNativeLanes / 2, then ... + 1), the lanes of
 // 2, 4, ... groups sharing a vector, so lane k of `lo` / `hi` is group k's `group_range`, the sign
 // of a zero minimum included. Returns false, with nothing written, when some value is NaN (those
 // take `group_range`, which flags it). `group_range`'s scalar fold of 64-value groups took a fifth
 // of a 2-bit quantize on an AVX2 CPU (perf, 8-lane vectors), as much as their codes on AVX-512.
 bool block_ranges(const float* x, int64_t group_len, vfn* lo_out, vfn* hi_out) {
-  constexpr int kParts = kLanes / kNativeLanes;
   vfn lo[kNativeLanes], hi[kNativeLanes];
   vin nan_seen = vin{};
   for (int k = 0; k < kNativeLanes; ++k) {
-    const float* group = x + k * group_len;
-    vfn l[kParts], h[kParts];
-    for (int p = 0; p < kParts; ++p) {
-      l[p] = vfn{} + __builtin_inff();
-      h[p] = vfn{} - __builtin_inff();
-    }
-    for (int64_t j = 0; j < group_len; j += kLanes) {
-      for (int p = 0; p < kParts; ++p) {
-        const vfn v = load<vfn>(group + j + p * kNativeLanes);
-        l[p] = v < l[p] ? v : l[p];
-        h[p] = v > h[p] ? v : h[p];
-        nan_seen |= v != v;
-      }
-    }
-    for (int half = kParts / 2; half > 0; half /= 2) {  // lane i with lane i + half * width
-      for (int p = 0; p < half; ++p) {
-        l[p] = l[p + half] < l[p] ? l[p + half] : l[p];
-        h[p] = h[p + half] > h[p] ? h[p + half] : h[p];
-      }
-    }
-    lo[k] = l[0];
-    hi[k] = h[0];
+    lane_ranges(x + k * group_len, group_len, &lo[k], &hi[k], &nan_seen);
   }
   bool any_nan = false;
   for (int i = 0; i < kNativeLanes; ++i) any_nan |= nan_seen[i] != 0;
