@@ -9,7 +9,8 @@ there is none, and the section says which), and one batch of the phase, and meas
 `tinykg_train.compress.adaptive.sensitivity` each quantized saved tensor (a *site*) on its own:
 `||g_site - g||^2 / ||g||^2`, the relative squared error its rounding adds to the step's gradient,
 at each width, averaged over `--draws` draws of the rounding noise; and at 2 bits the bias (the
-same for the draws' mean gradient: about error / draws when the rounding is unbiased). Alongside:
+same for the draws' mean gradient: about error / draws when the rounding is unbiased) and the
+parameter whose own gradient the site perturbs most, relatively. Alongside:
 each dataset's shape (interactions per user, KG triples per interaction), where the errors it
 explains come from. Section `sensitivity-<device>` of BENCHMARKS.md (`sensitivity-<dataset>-<device>`
 when one dataset is measured).
@@ -103,9 +104,19 @@ def site_rows(dataset: str, model: str, phase: str, sites, by_bits, bits) -> lis
         rows.append([
             dataset, model, phase, site.index, site.module or "(model)",
             "x".join(map(str, site.shape)), site.requested_bits, *errors, bias,
-            f"{share / total:.0%}" if share is not None else "",
+            f"{share / total:.0%}" if share is not None else "", hardest_hit(two, site.index),
         ])  # fmt: skip
     return rows
+
+
+def hardest_hit(sensitivity, site: int) -> str:
+    """The parameter whose own gradient the site's rounding perturbs most, relatively, and that
+    relative squared error: `relation_embedding 3.8e-01`."""
+    if sensitivity is None or not sensitivity.by_parameter:
+        return ""
+    by_parameter = sensitivity.by_parameter[site]
+    name = max(by_parameter, key=by_parameter.get)
+    return f"{name} {by_parameter[name]:.1e}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -155,7 +166,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"gradient, mean of {args.draws} draws; *bias / error at 2 bits*: the same for the draws' "
             f"mean gradient over the error (about 1/{args.draws} for unbiased rounding); *share*: of "
             "the summed errors at the widths the default INT2 config gives each site (*asks*: 2 bits, "
-            "8 for the scored embeddings, 4 for L2-normalized outputs).",
+            "8 for the scored embeddings, 4 for L2-normalized outputs); *hardest-hit gradient at "
+            "2 bits*: the parameter whose own gradient the site's rounding perturbs most, with its "
+            "relative squared error `||g_site,p - g_p||^2 / ||g_p||^2` (a small tensor can take a "
+            "large error that the sum over every parameter, led by the embedding table, hides).",
             "Datasets:",
             markdown_table(
                 [
@@ -184,6 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     *widths,
                     "bias / error at 2 bits",
                     "share",
+                    "hardest-hit gradient at 2 bits",
                 ],
                 rows,
             ),  # fmt: skip

@@ -36,3 +36,5 @@ def test_sites_are_measured_per_width_for_each_model_and_phase(
         one, two, eight = (float(v) for v in row[7:10])
         assert one >= two >= eight >= 0
         assert re.fullmatch(r"\d\.\d\d", row[10])  # bias over error at 2 bits
+        name, error = row[12].removesuffix(" |").split(" ")  # the hardest-hit parameter
+        assert re.fullmatch(r"[a-z_]+(\.\w+)*", name) and float(error) >= float(two)

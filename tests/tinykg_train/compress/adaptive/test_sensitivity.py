@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import torch
 
 from tinykg_train.compress import CompressionConfig
@@ -72,3 +73,24 @@ def test_over_many_draws_the_mean_gradient_is_close_unbiased_rounding(tiny_datas
     sensitivity = measure(model, model.loss, batch, nearest, probe_bits=1, draws=16)
     for error, bias in zip(sensitivity.errors, sensitivity.bias, strict=True):
         assert bias > 0.9 * error
+
+
+def test_per_parameter_errors_add_up_to_the_whole_gradients(tiny_dataset, make_config):
+    """Each site's per-parameter relative errors, weighted by the parameters' squared gradient
+    norms, are its error over the whole gradient; parameters without a gradient are not listed."""
+    model, batch = model_and_batch(tiny_dataset, make_config, dropout=0.0)
+    sensitivity = measure(model, model.loss, batch, model.compression, probe_bits=1, draws=2)
+    model.set_compression(CompressionConfig(bits=32))
+    model.zero_grad()
+    model.loss(*batch).backward()
+    grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    norms = {n: float(g.pow(2).sum()) for n, g in grads.items()}
+    total = sum(norms.values())
+    listed = {n for n, v in norms.items() if v > 0}
+    assert "relation_embedding" not in listed  # KGAT's CF loss: no gradient for the KG's relations
+    for error, by_parameter in zip(sensitivity.errors, sensitivity.by_parameter, strict=True):
+        assert set(by_parameter) == listed
+        weighted = sum(by_parameter[n] * norms[n] for n in listed) / total
+        assert weighted == pytest.approx(error, rel=1e-3)
+    pairs = zip(sensitivity.errors, sensitivity.by_parameter, strict=True)
+    assert any(max(by_parameter.values()) > 10 * error for error, by_parameter in pairs)

@@ -6,6 +6,10 @@ error it adds, `||g_site - g||^2 / ||g||^2` over every parameter gradient. Each 
 the same random state, so dropout masks (and KGIN's dropped edges) are the same in all of them, and
 the rounding noise comes from its own generator: the differences are the rounding's alone. The
 run's random stream is left as it was, so measuring changes no later draw.
+
+The same error per parameter, `||g_site,p - g_p||^2 / ||g_p||^2`, says whose gradient a site's
+rounding hits: a small tensor (a relation embedding, a layer's weight) can get a large relative
+error that the sum over every parameter, dominated by the embedding table, hardly shows.
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ class Sensitivity:
     """The sites of one phase's step and the relative squared gradient error of each at the probe
     width (mean over the draws of the rounding noise); `bias`: the relative squared error of the
     draws' mean gradient (with `draws` > 1; near error / draws for unbiased rounding, near error
-    for a biased one); `held_bytes` is what the exact pass held for backward (sites exact)."""
+    for a biased one); `held_bytes` is what the exact pass held for backward (sites exact);
+    `by_parameter`: per site, each parameter's own relative squared error (the parameters the
+    exact pass gave a nonzero gradient, by name; mean over the draws)."""
 
     sites: tuple[Site, ...]
     errors: tuple[float, ...]
@@ -37,6 +43,7 @@ class Sensitivity:
     held_bytes: int
     bias: tuple[float, ...] | None = None
     draws: int = 1
+    by_parameter: tuple[dict[str, float], ...] = ()
 
 
 def gradient(model: torch.nn.Module) -> torch.Tensor:
@@ -47,6 +54,21 @@ def gradient(model: torch.nn.Module) -> torch.Tensor:
             for p in model.parameters()
         ]
     )
+
+
+def parameter_slices(model: torch.nn.Module) -> list[tuple[str, slice]]:
+    """Each parameter's name and its slice of `gradient(model)`."""
+    slices, start = [], 0
+    for name, parameter in model.named_parameters():
+        slices.append((name, slice(start, start + parameter.numel())))
+        start += parameter.numel()
+    return slices
+
+
+def squared_by_parameter(
+    vector: torch.Tensor, slices: Sequence[tuple[str, slice]]
+) -> dict[str, float]:
+    return {name: float(vector[part].pow(2).sum()) for name, part in slices}
 
 
 def measure(
@@ -85,16 +107,30 @@ def measure(
         )
         held = meter.total_bytes
         scale = float(exact.pow(2).sum()) or 1.0
-        errors, biases = [], []
+        slices = parameter_slices(model)
+        exact_by_parameter = {
+            name: norm for name, norm in squared_by_parameter(exact, slices).items() if norm > 0
+        }
+        slices = [(name, part) for name, part in slices if name in exact_by_parameter]
+        errors, biases, by_parameter = [], [], []
         base = WidthPlan.exact(len(sites))
         for site in sites:
             plan, total, squared = base.with_width(site.index, probe_bits), 0.0, 0.0
+            parameter_squared = dict.fromkeys(exact_by_parameter, 0.0)
             for draw in range(draws):
                 perturbed = run_pass(plan, draw=draw)
-                squared += float((perturbed - exact).pow(2).sum()) / scale
+                difference = perturbed - exact
+                squared += float(difference.pow(2).sum()) / scale
+                for name, value in squared_by_parameter(difference, slices).items():
+                    parameter_squared[name] += value
                 total = perturbed + total
             errors.append(squared / draws)
             biases.append(float((total / draws - exact).pow(2).sum()) / scale)
+            by_parameter.append(
+                {n: v / draws / exact_by_parameter[n] for n, v in parameter_squared.items()}
+            )
     model.zero_grad(set_to_none=True)
     bias = tuple(biases) if draws > 1 else None
-    return Sensitivity(tuple(sites), tuple(errors), probe_bits, int(held), bias, draws)
+    return Sensitivity(
+        tuple(sites), tuple(errors), probe_bits, int(held), bias, draws, tuple(by_parameter)
+    )
