@@ -168,8 +168,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "the summed errors at the widths the default INT2 config gives each site (*asks*: 2 bits, "
             "8 for the scored embeddings, 4 for L2-normalized outputs); *hardest-hit gradient at "
             "2 bits*: the parameter whose own gradient the site's rounding perturbs most, with its "
-            "relative squared error `||g_site,p - g_p||^2 / ||g_p||^2` (a small tensor can take a "
-            "large error that the sum over every parameter, led by the embedding table, hides).",
+            "relative squared error `||g_site,p - g_p||^2 / ||g_p||^2` (a parameter with a small "
+            "share of the gradient's norm can take a large error that the sum over every parameter "
+            "hides).",
             "Datasets:",
             markdown_table(
                 [

@@ -8,8 +8,9 @@ the rounding noise comes from its own generator: the differences are the roundin
 run's random stream is left as it was, so measuring changes no later draw.
 
 The same error per parameter, `||g_site,p - g_p||^2 / ||g_p||^2`, says whose gradient a site's
-rounding hits: a small tensor (a relation embedding, a layer's weight) can get a large relative
-error that the sum over every parameter, dominated by the embedding table, hardly shows.
+rounding hits: the sum over every parameter weighs each by its share of the gradient's squared norm,
+so a tensor with a small share (a relation embedding, a layer's weight) can get a large relative
+error that the sum hardly shows.
 """
 
 from __future__ import annotations
