@@ -241,6 +241,7 @@ def plot(cells: dict[Key, Cell], path: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     datasets = sorted({k.dataset for k in cells})
     columns = min(3, len(datasets))
@@ -281,6 +282,8 @@ def plot(cells: dict[Key, Cell], path: Path) -> Path:
                 ax.annotate(label, (x, y), fontsize=6, xytext=(2, 2), textcoords="offset points")
         ax.axhline(WITHIN, color="grey", linewidth=0.6, linestyle="--")
         ax.set_xscale("log")
+        # within one decade matplotlib labels every minor tick, and the labels run together
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_title(dataset, fontsize=9)
         ax.set_xlabel("MiB held for backward (log)", fontsize=8)
         ax.set_ylabel("Recall@20 / FP32", fontsize=8)
