@@ -66,10 +66,11 @@ def parameter_slices(model: torch.nn.Module) -> list[tuple[str, slice]]:
     return slices
 
 
-def squared_by_parameter(
-    vector: torch.Tensor, slices: Sequence[tuple[str, slice]]
+def sums_by_parameter(
+    squares: torch.Tensor, slices: Sequence[tuple[str, slice]]
 ) -> dict[str, float]:
-    return {name: float(vector[part].pow(2).sum()) for name, part in slices}
+    """The sum of `squares` (a squared gradient-shaped vector) over each parameter's slice."""
+    return {name: float(squares[part].sum()) for name, part in slices}
 
 
 def measure(
@@ -110,7 +111,7 @@ def measure(
         scale = float(exact.pow(2).sum()) or 1.0
         slices = parameter_slices(model)
         exact_by_parameter = {
-            name: norm for name, norm in squared_by_parameter(exact, slices).items() if norm > 0
+            name: norm for name, norm in sums_by_parameter(exact.pow(2), slices).items() if norm > 0
         }
         slices = [(name, part) for name, part in slices if name in exact_by_parameter]
         errors, biases, by_parameter = [], [], []
@@ -120,9 +121,9 @@ def measure(
             parameter_squared = dict.fromkeys(exact_by_parameter, 0.0)
             for draw in range(draws):
                 perturbed = run_pass(plan, draw=draw)
-                difference = perturbed - exact
-                squared += float(difference.pow(2).sum()) / scale
-                for name, value in squared_by_parameter(difference, slices).items():
+                squares = (perturbed - exact).pow(2)
+                squared += float(squares.sum()) / scale
+                for name, value in sums_by_parameter(squares, slices).items():
                     parameter_squared[name] += value
                 total = perturbed + total
             errors.append(squared / draws)
