@@ -16,10 +16,16 @@ MODES = {
     "int2-sampled": ["--bits", "2", "--sampler", "neighbor"],
     "int2-partitioned": ["--bits", "2", "--partitions", "4"],
     "int2-offloaded": ["--bits", "2", "--sampler", "neighbor", "--offload-embeddings"],
-    # whole-graph INT2 with the tables' Adam state compact (asked for by name, not defaults)
-    "int2-whole-adam-bfloat16": ["--bits", "2", "--adam-state", "bfloat16"],
-    "int2-whole-adam-rowwise": ["--bits", "2", "--adam-state", "rowwise"],
 }
+# whole-graph FP32 and INT2 with the tables' Adam state compact (asked for by name, not defaults):
+# each INT2 run has its FP32 baseline at the same state (`same_state_ratios`)
+MODES.update(
+    {
+        f"{mode}-adam-{state}": [*MODES[mode], "--adam-state", state]
+        for mode in ("fp32-whole", "int2-whole")
+        for state in ("bfloat16", "rowwise")
+    }
+)
 # sampled and offloaded INT2 with bfloat16 moments (CompactAdam; offloaded, RowTables')
 MODES.update(
     {
@@ -156,6 +162,31 @@ def detail_table(results: list[dict]) -> str:
     return markdown_table(headers, rows)
 
 
+#: Adam's state of a whole-graph mode, by the mode's suffix ("" is Adam's own float32 moments)
+ADAM_STATES = {"": "float32", "-adam-bfloat16": "bfloat16", "-adam-rowwise": "rowwise"}
+
+
+def same_state_ratios(results: list[dict], sizes: list[str]) -> str | None:
+    """Whole-graph INT2's peak memory (`headline_bytes`) over FP32's at the same Adam state, one
+    row per size and state where both fit; None where no pair ran. A compact state shrinks both
+    widths' peaks by the same bytes, so INT2 at a compact state is compared with FP32 at that
+    state, not with FP32's float32 Adam."""
+    by_key = {(r["size"], r["mode"]): r for r in results if r["fits"]}
+    rows = []
+    for size in sizes:
+        for suffix, state in ADAM_STATES.items():
+            fp32, int2 = by_key.get((size, f"fp32-whole{suffix}")), by_key.get((size, f"int2-whole{suffix}"))  # fmt: skip
+            if fp32 is None or int2 is None:
+                continue
+            low, high = headline_bytes(int2), headline_bytes(fp32)
+            rows.append([size, state, mib(high, 0), mib(low, 0), f"{low / high:.2f}"])
+    if not rows:
+        return None
+    return "Whole-graph INT2 against FP32 at the same Adam state (`--adam-state`), peak memory:\n\n" + (
+        markdown_table(["size", "Adam state", "FP32 MiB", "INT2 MiB", "INT2 / FP32"], rows)
+    )
+
+
 def ingest_table(ingests: list[dict]) -> str:
     rows = [
         [i["size"], f"{i['n_entities']:,}", f"{i['n_triples']:,}", f"{i['n_interactions']:,}",
@@ -260,6 +291,9 @@ def report(
         "`memory_breakdown` peaks, torch tensors only, and the CF step's parts):",
         detail_table(results),
     ]
+    ratios = same_state_ratios(results, sizes)
+    if ratios is not None:
+        parts.append(ratios)
     parts.append(training_text(trainings or [], ingests, settings))
     if figure:
         parts.append(f"![graph size against peak memory per mode]({figure})")

@@ -10,8 +10,8 @@ step time and whether it trains at all within a memory limit.
 A size is the graph's triples + interactions (`100k`, `1m`, `10m`, `100m`: 10k to 10M entities),
 made by `kg_data.synthetic` in a child process and ingested by `python -m pipelines.ingest` in
 another (its MB/s of raw text and peak RSS). Then each mode (`_scale_report.MODES`: whole-graph FP32
-and INT2, sampled, partitioned and offloaded INT2; whole-graph INT2 with `--adam-state bfloat16` or
-`rowwise`, sampled and offloaded INT2 with `bfloat16`, when named) trains `--steps` CF steps of one epoch, and ranks the valid and test users, in
+and INT2, sampled, partitioned and offloaded INT2; whole-graph FP32 and INT2 with `--adam-state
+bfloat16` or `rowwise`, sampled and offloaded INT2 with `bfloat16`, when named) trains `--steps` CF steps of one epoch, and ranks the valid and test users, in
 a fresh `python -m pipelines.train` child whose resident set may not pass `--memory-limit` (on CPU,
 `run_child`'s watchdog of its resident high-water mark; on CUDA a run fits when its
 `cuda_max_memory_allocated` is within the limit): its peak RSS, seconds per step, activation bytes
@@ -223,9 +223,10 @@ def warm_up_kernels(data: Path, work: Path, args: argparse.Namespace) -> None:
 def mode_order(modes: list[str], index: int) -> list[str]:
     """The order of the modes at the `index`-th size: reversed at every other size, so load from
     other work hits them alike, but FP32 first at every size, so a `--budget-s` that ends inside a
-    size never leaves out the baseline (the wall the other modes are measured against)."""
-    baseline = [mode for mode in modes if mode == "fp32-whole"]
-    rest = [mode for mode in modes if mode != "fp32-whole"]
+    size never leaves out the baselines (the wall the other modes are measured against, at each
+    Adam state named)."""
+    baseline = [mode for mode in modes if mode.startswith("fp32-")]
+    rest = [mode for mode in modes if not mode.startswith("fp32-")]
     return baseline + (rest if index % 2 == 0 else rest[::-1])
 
 

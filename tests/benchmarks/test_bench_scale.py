@@ -22,6 +22,7 @@ from benchmarks._scale_report import (
     parse_size_preset,
     report,
     results_table,
+    same_state_ratios,
     training_text,
 )
 
@@ -202,7 +203,8 @@ def test_default_modes_are_the_five_the_issue_names_and_the_rest_add_one_flag():
     ]  # fmt: skip
     assert bench_scale.parse_args([]).modes == DEFAULT_MODES
     for state in ("bfloat16", "rowwise"):
-        assert MODES[f"int2-whole-adam-{state}"] == [*MODES["int2-whole"], "--adam-state", state]
+        for mode in ("fp32-whole", "int2-whole"):
+            assert MODES[f"{mode}-adam-{state}"] == [*MODES[mode], "--adam-state", state]
     for mode in ("int2-sampled", "int2-offloaded"):
         assert MODES[f"{mode}-adam-bfloat16"] == [*MODES[mode], "--adam-state", "bfloat16"]
     sparse = [*MODES["int2-sampled"], "--sparse-adam"]
@@ -257,6 +259,26 @@ def test_on_cuda_the_first_compressed_mode_warms_the_kernels_unreported(
     assert all(flags == ["--epochs", "1", "--max-batches-per-epoch", "1"] for _, flags in calls)
 
 
+def test_int2_is_compared_with_fp32_at_its_own_adam_state_where_both_fit():
+    results = [
+        fake("10m", "fp32-whole", 6000),
+        fake("10m", "int2-whole", 2400),
+        fake("10m", "fp32-whole-adam-rowwise", 5400),
+        fake("10m", "int2-whole-adam-rowwise", 1800),
+        fake("10m", "int2-whole-adam-bfloat16", 2100),  # no FP32 at bfloat16: no row
+        fake("20m", "fp32-whole", None),  # FP32 did not fit: no row
+        fake("20m", "int2-whole", 4000),
+    ]
+    table = same_state_ratios(results, ["10m", "20m"]).splitlines()
+    assert table[2:] == [
+        "| size | Adam state | FP32 MiB | INT2 MiB | INT2 / FP32 |",
+        "| --- | --- | --- | --- | --- |",
+        "| 10m | float32 | 6,000 | 2,400 | 0.40 |",
+        "| 10m | rowwise | 5,400 | 1,800 | 0.33 |",
+    ]
+    assert same_state_ratios(FAKE, ["100k", "1m", "10m"]) is None  # no whole-graph INT2 ran
+
+
 def test_fp32_runs_first_at_every_size_and_the_rest_alternate():
     modes = ["int2-whole", "fp32-whole", "int2-sampled", "int2-offloaded"]
     assert bench_scale.mode_order(modes, 0) == [
@@ -273,6 +295,13 @@ def test_fp32_runs_first_at_every_size_and_the_rest_alternate():
     ]
     assert bench_scale.mode_order(["int2-whole", "int2-sampled"], 1) == [
         "int2-sampled",
+        "int2-whole",
+    ]
+    with_states = ["int2-whole", "fp32-whole-adam-rowwise", "int2-whole-adam-rowwise", "fp32-whole"]
+    assert bench_scale.mode_order(with_states, 1) == [
+        "fp32-whole-adam-rowwise",
+        "fp32-whole",
+        "int2-whole-adam-rowwise",
         "int2-whole",
     ]
 
