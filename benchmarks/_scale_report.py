@@ -182,9 +182,9 @@ def same_state_ratios(results: list[dict], sizes: list[str]) -> str | None:
             rows.append([size, state, mib(high, 0), mib(low, 0), f"{low / high:.2f}"])
     if not rows:
         return None
-    return "Whole-graph INT2 against FP32 at the same Adam state (`--adam-state`), peak memory:\n\n" + (
-        markdown_table(["size", "Adam state", "FP32 MiB", "INT2 MiB", "INT2 / FP32"], rows)
-    )
+    headers = ["size", "Adam state", "FP32 MiB", "INT2 MiB", "INT2 / FP32"]
+    intro = "Whole-graph INT2 against FP32 at the same Adam state (`--adam-state`), peak memory:"
+    return f"{intro}\n\n{markdown_table(headers, rows)}"
 
 
 def ingest_table(ingests: list[dict]) -> str:
