@@ -279,31 +279,26 @@ def test_int2_is_compared_with_fp32_at_its_own_adam_state_where_both_fit():
     assert same_state_ratios(FAKE, ["100k", "1m", "10m"]) is None  # no whole-graph INT2 ran
 
 
-def test_fp32_runs_first_at_every_size_and_the_rest_alternate():
-    modes = ["int2-whole", "fp32-whole", "int2-sampled", "int2-offloaded"]
-    assert bench_scale.mode_order(modes, 0) == [
-        "fp32-whole",
-        "int2-whole",
-        "int2-sampled",
-        "int2-offloaded",
-    ]
-    assert bench_scale.mode_order(modes, 1) == [
-        "fp32-whole",
-        "int2-offloaded",
-        "int2-sampled",
-        "int2-whole",
-    ]
-    assert bench_scale.mode_order(["int2-whole", "int2-sampled"], 1) == [
-        "int2-sampled",
-        "int2-whole",
-    ]
-    with_states = ["int2-whole", "fp32-whole-adam-rowwise", "int2-whole-adam-rowwise", "fp32-whole"]
-    assert bench_scale.mode_order(with_states, 1) == [
-        "fp32-whole-adam-rowwise",
-        "fp32-whole",
-        "int2-whole-adam-rowwise",
-        "int2-whole",
-    ]
+ALTERNATING = ["int2-whole", "fp32-whole", "int2-sampled", "int2-offloaded"]
+WITH_STATES = ["int2-whole", "fp32-whole-adam-rowwise", "int2-whole-adam-rowwise", "fp32-whole"]
+
+
+@pytest.mark.parametrize(
+    ("modes", "index", "expected"),
+    [
+        (ALTERNATING, 0, ["fp32-whole", "int2-whole", "int2-sampled", "int2-offloaded"]),
+        (ALTERNATING, 1, ["fp32-whole", "int2-offloaded", "int2-sampled", "int2-whole"]),
+        (["int2-whole", "int2-sampled"], 1, ["int2-sampled", "int2-whole"]),
+        # every FP32 baseline first, one per Adam state
+        (
+            WITH_STATES,
+            1,
+            ["fp32-whole-adam-rowwise", "fp32-whole", "int2-whole-adam-rowwise", "int2-whole"],
+        ),
+    ],
+)
+def test_fp32_runs_first_at_every_size_and_the_rest_alternate(modes, index, expected):
+    assert bench_scale.mode_order(modes, index) == expected
 
 
 def test_a_section_tag_writes_its_own_section_and_figure_beside_the_full_one(tmp_path, monkeypatch):
