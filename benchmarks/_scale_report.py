@@ -175,7 +175,8 @@ def same_state_ratios(results: list[dict], sizes: list[str]) -> str | None:
     rows = []
     for size in sizes:
         for suffix, state in ADAM_STATES.items():
-            fp32, int2 = by_key.get((size, f"fp32-whole{suffix}")), by_key.get((size, f"int2-whole{suffix}"))  # fmt: skip
+            fp32 = by_key.get((size, f"fp32-whole{suffix}"))
+            int2 = by_key.get((size, f"int2-whole{suffix}"))
             if fp32 is None or int2 is None:
                 continue
             low, high = headline_bytes(int2), headline_bytes(fp32)
