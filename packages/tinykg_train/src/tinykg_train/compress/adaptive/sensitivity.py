@@ -108,11 +108,15 @@ def measure(
             None, meter, all_exact=True, record=sites, module_of=lambda: meter.current_module
         )
         held = meter.total_bytes
-        scale = float(exact.pow(2).sum()) or 1.0
+        exact_squares = exact.pow(2)
+        scale = float(exact_squares.sum()) or 1.0
         slices = parameter_slices(model)
         exact_by_parameter = {
-            name: norm for name, norm in sums_by_parameter(exact.pow(2), slices).items() if norm > 0
+            name: norm
+            for name, norm in sums_by_parameter(exact_squares, slices).items()
+            if norm > 0
         }
+        del exact_squares  # gradient-sized; not kept through the draws
         slices = [(name, part) for name, part in slices if name in exact_by_parameter]
         errors, biases, by_parameter = [], [], []
         base = WidthPlan.exact(len(sites))
